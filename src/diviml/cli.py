@@ -1,0 +1,207 @@
+"""The ``diviml`` command: a thin layer over the Python API.
+
+Errors a user can fix become one line on stderr and exit status 2; no output file is written then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import solvers
+from .errors import DivimlError, InputError
+from .frontends import neurips2020
+from .io import load_input, load_problem
+from .plan import Plan
+from .platform import Platform, preset, preset_names
+from .problem import OBJECTIVES, Objective, Problem
+from .reports import gantt
+from .simulate import pipeline_loads
+from .validate import validate
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        sys.stderr.write(f"diviml: error: {message} (see 'diviml --help')\n")
+        raise SystemExit(2)
+
+
+def _add_problem_options(p: argparse.ArgumentParser, default_objective: str | None = "latency") -> None:
+    p.add_argument("input", help="diviml graph JSON or NeurIPS 2020 scenario file (auto-detected)")
+    p.add_argument("--platform", help=f"preset ({', '.join(preset_names())}) or YAML/JSON file; "
+                   "default: the scenario's own machine, else paper-server")
+    p.add_argument("--objective", choices=OBJECTIVES, default=default_objective)
+    p.add_argument("--batch", type=int, help="requests per batch for --objective batch (default 8)")
+    p.add_argument("--training", choices=("pipedream", "gpipe"), default="pipedream",
+                   help="training objective for pipelines of training graphs")
+    p.add_argument("--contiguous", action=argparse.BooleanOptionalAction, default=False,
+                   help="pipeline: every device holds a convex node set")
+    p.add_argument("--accelerators", type=int, help="NeurIPS scenario: override k")
+    p.add_argument("--cpus", type=int, help="NeurIPS scenario: override l")
+    p.add_argument("--memory", type=float, help="NeurIPS scenario: override bytes per accelerator")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+
+
+def _problem(args, objective_kind: str | None = None) -> Problem:
+    kind = objective_kind or args.objective
+    objective = Objective(kind, args.batch, args.training, args.contiguous)
+    return load_problem(args.input, platform=args.platform, objective=objective, accelerators=args.accelerators,
+                        cpus=args.cpus, memory=args.memory)
+
+
+def _progress(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def cmd_schedule(args) -> dict:
+    for path in (args.gantt or []):
+        gantt.check_format(path)
+    for path in [args.out, args.split_out, *(args.gantt or [])]:
+        if path and not Path(path).resolve().parent.is_dir():
+            raise InputError(f"cannot write {path}: its folder does not exist")
+    problem = _problem(args)
+    if args.split_out and not any(d.type == neurips2020.ACCELERATOR for d in problem.platform.devices):
+        raise InputError("--split-out needs a NeurIPS 2020 scenario (accelerators and CPUs)")
+    if not args.json:
+        _progress(f"solving {problem.graph.name} ({len(problem.graph)} tasks) on {problem.platform.name} "
+                  f"({len(problem.platform.devices)} devices), objective {problem.objective.kind}, "
+                  f"solver {args.solver}, time limit {args.time_limit:g} s")
+    plan = solvers.solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed)
+    if args.out:
+        plan.save(args.out)
+    for path in (args.gantt or []):
+        gantt.save(plan, problem, path)
+    if args.split_out:
+        loads = pipeline_loads(problem, plan.placement).total if plan.objective_kind == "pipeline" else None
+        neurips2020.save_split(args.split_out, plan, problem.platform, loads)
+    out = plan.summary()
+    if problem.objective.kind == "batch":
+        out["throughput"] = problem.batch_size / plan.objective if plan.objective > 0 else float("inf")
+    out["written"] = [p for p in [args.out, args.split_out, *(args.gantt or [])] if p]
+    return out
+
+
+def cmd_evaluate(args) -> dict:
+    problem = _problem(args, "pipeline")
+    placement = neurips2020.load_split(args.split, problem.graph, problem.platform)
+    loads = pipeline_loads(problem, placement)
+    return {"objective": loads.objective, "objective_kind": "pipeline", "time_unit": problem.graph.time_unit,
+            "training": problem.objective.training if problem.is_training else None,
+            "loads": loads.total, "forward_loads": loads.forward, "backward_loads": loads.backward}
+
+
+def cmd_validate(args) -> dict:
+    plan = Plan.load(args.plan)
+    args.objective = plan.objective_kind
+    if args.batch is None and plan.objective_kind == "batch":
+        args.batch = plan.batch_size
+    problem = _problem(args)
+    report = validate(plan, problem)
+    return {"valid": report.ok, "violations": list(report.violations), "objective": report.objective,
+            "claimed_objective": plan.objective, "bound": plan.bound, "gap": plan.gap, "status": plan.status,
+            "solver": plan.solver}
+
+
+def cmd_platforms(args) -> dict:
+    out = {}
+    for name in preset_names():
+        p = preset(name)
+        out[name] = {"description": p.description,
+                     "devices": [{"name": d.name, "type": d.type, "server": d.server,
+                                  "memory_bytes": d.memory_bytes if d.memory_bytes != float("inf") else None}
+                                 for d in p.devices], "sources": dict(p.sources)}
+    return {"platforms": out}
+
+
+def cmd_solvers(args) -> dict:
+    return {"solvers": {s.name: {"objectives": list(s.objectives), "summary": s.summary}
+                        for s in solvers.REGISTRY.values()}}
+
+
+def _print_human(command: str, out: dict) -> None:
+    if command == "platforms":
+        for name, p in out["platforms"].items():
+            print(f"{name}: {p['description']}")
+            for d in p["devices"]:
+                mem = "unlimited" if d["memory_bytes"] is None else f"{d['memory_bytes']:.3g} B"
+                print(f"    {d['name']:<10} {d['type']:<12} {mem:<12} {d['server']}")
+        return
+    if command == "solvers":
+        for name, s in out["solvers"].items():
+            print(f"{name:<12} [{', '.join(s['objectives'])}] {s['summary']}")
+        return
+    if command == "validate":
+        print("valid" if out["valid"] else "INVALID")
+        for v in out["violations"]:
+            print(f"  - {v}")
+        print(f"objective {out['objective']} (claimed {out['claimed_objective']}), bound {out['bound']}")
+        return
+    if command == "evaluate":
+        for d, load in out["loads"].items():
+            print(f"  {d:<8} load {load:.6g}")
+        print(f"max-load {out['objective']:.6g} {out['time_unit']}")
+        return
+    unit = out["time_unit"]
+    print(f"{out['objective_kind']} {out['objective']:.6g} {unit}  bound {out['bound']:.6g}  gap "
+          f"{100 * out['gap']:.2f}%  status {out['status']}  solver {out['solver']}  "
+          f"({out['solve_time_s']:.2f} s)")
+    if "throughput" in out:
+        print(f"throughput {out['throughput']:.6g} samples per {unit}")
+    for n in out["notes"]:
+        print(f"  note: {n}")
+    for p in out["written"]:
+        print(f"wrote {p}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="diviml", description="Map DNNs onto heterogeneous hardware with proven bounds.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    s = sub.add_parser("schedule", help="place and schedule a graph")
+    _add_problem_options(s)
+    s.add_argument("--solver", default="heft", help="see 'diviml solvers' (default heft)")
+    s.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", help="write the plan as JSON")
+    s.add_argument("--gantt", action="append", help="draw the plan (.png, .svg or .html); repeatable")
+    s.add_argument("--split-out", help="write the plan in the NeurIPS 2020 split format")
+    e = sub.add_parser("evaluate", help="max-load of a NeurIPS 2020 split")
+    _add_problem_options(e, default_objective=None)
+    e.add_argument("--split", required=True, help="split JSON ({'fpgas': [...], 'cpus': [...]})")
+    v = sub.add_parser("validate", help="check a plan against its problem")
+    _add_problem_options(v, default_objective=None)
+    v.add_argument("plan", help="plan JSON written by 'diviml schedule --out'")
+    p = sub.add_parser("platforms", help="list the platform presets")
+    p.add_argument("--json", action="store_true")
+    so = sub.add_parser("solvers", help="list the solvers")
+    so.add_argument("--json", action="store_true")
+    return parser
+
+
+COMMANDS = {"schedule": cmd_schedule, "evaluate": cmd_evaluate, "validate": cmd_validate,
+            "platforms": cmd_platforms, "solvers": cmd_solvers}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        out = COMMANDS[args.command](args)
+    except DivimlError as exc:
+        sys.stderr.write(f"diviml: error: {str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("diviml: interrupted\n")
+        return 130
+    if args.json:
+        print(json.dumps(out, allow_nan=False, default=str))
+    else:
+        _print_human(args.command, out)
+    if args.command == "validate" and not out["valid"]:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,300 @@
+"""TaskGraph: the DAG of operators with per-device-type costs, and its versioned JSON schema.
+
+Schema ``diviml.graph/1`` (all times in ``time_unit``, seconds unless an importer says otherwise)::
+
+    {"schema": "diviml.graph/1", "name": str, "time_unit": "s", "batch_size": 1,
+     "tasks": [{"id": str, "kind": str, "time": {device_type: t},
+                "time_by_batch": {device_type: {batch: t}},      # optional
+                "flops": float, "bytes_accessed": float,           # optional
+                "memory_bytes": float, "output_bytes": float,
+                "transfer_time": float,                            # optional, overrides links
+                "colocation": str, "allowed_types": [str],         # optional
+                "phase": "forward" | "backward", "module": str}],  # optional
+     "edges": [[src_id, dst_id], ...]}
+
+``output_bytes`` and ``time`` are for the graph's ``batch_size``. ``transfer_time`` is the time of one
+hop (device <-> host) of the task's output, used by the NeurIPS 2020 model where edge costs are times.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import networkx as nx
+
+from .errors import InputError
+
+SCHEMA = "diviml.graph/1"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One operator (or layer) of the network."""
+
+    id: str
+    time: Mapping[str, float]
+    kind: str = "op"
+    time_by_batch: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+    flops: float | None = None
+    bytes_accessed: float | None = None
+    memory_bytes: float = 0.0
+    output_bytes: float = 0.0
+    transfer_time: float | None = None
+    colocation: str | None = None
+    allowed_types: frozenset[str] | None = None
+    phase: str = "forward"
+    module: str | None = None
+
+    def can_run_on(self, device_type: str) -> bool:
+        if device_type not in self.time:
+            return False
+        return self.allowed_types is None or device_type in self.allowed_types
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    """A DAG of tasks. Build it with :meth:`create`, which checks it."""
+
+    tasks: tuple[Task, ...]
+    edges: tuple[tuple[str, str], ...]
+    name: str = "graph"
+    time_unit: str = "s"
+    batch_size: int = 1
+
+    @staticmethod
+    def create(tasks: Iterable[Task], edges: Iterable[tuple[str, str]], *, name: str = "graph",
+               time_unit: str = "s", batch_size: int = 1) -> "TaskGraph":
+        graph = TaskGraph(tuple(tasks), tuple((str(a), str(b)) for a, b in edges), name, time_unit,
+                          int(batch_size))
+        graph.check()
+        return graph
+
+    # -- structure -------------------------------------------------------------------------------
+    @cached_property
+    def index(self) -> dict[str, int]:
+        return {t.id: i for i, t in enumerate(self.tasks)}
+
+    @cached_property
+    def by_id(self) -> dict[str, Task]:
+        return {t.id: t for t in self.tasks}
+
+    @cached_property
+    def successors(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {t.id: [] for t in self.tasks}
+        for a, b in self.edges:
+            out[a].append(b)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def predecessors(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {t.id: [] for t in self.tasks}
+        for a, b in self.edges:
+            out[b].append(a)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def nx(self) -> nx.DiGraph:
+        g = nx.DiGraph()
+        g.add_nodes_from(t.id for t in self.tasks)
+        g.add_edges_from(self.edges)
+        return g
+
+    @cached_property
+    def topological_order(self) -> tuple[str, ...]:
+        """A deterministic topological order (ties broken by position in the file)."""
+        return tuple(nx.lexicographical_topological_sort(self.nx, key=self.index.__getitem__))
+
+    @cached_property
+    def device_types(self) -> frozenset[str]:
+        return frozenset(dt for t in self.tasks for dt in t.time)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    # -- checks ----------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise InputError naming the first problem found; silent for a sound graph."""
+        seen: set[str] = set()
+        for t in self.tasks:
+            if not t.id:
+                raise InputError("a task has an empty id: give every task a unique non-empty 'id'")
+            if t.id in seen:
+                raise InputError(f"duplicate task id {t.id!r}: task ids must be unique")
+            seen.add(t.id)
+            if not t.time:
+                raise InputError(f"task {t.id!r} has no time on any device type: add a 'time' entry")
+            values = list(t.time.values()) + [v for tb in t.time_by_batch.values() for v in tb.values()]
+            values += [t.memory_bytes, t.output_bytes]
+            values += [v for v in (t.transfer_time, t.flops, t.bytes_accessed) if v is not None]
+            for v in values:
+                if not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or math.isinf(v):
+                    raise InputError(f"task {t.id!r} has a negative, infinite or NaN cost ({v!r}): "
+                                     "costs must be finite numbers >= 0")
+            if t.allowed_types is not None and not any(t.can_run_on(d) for d in t.time):
+                raise InputError(f"task {t.id!r} may run on {sorted(t.allowed_types)} but has times only "
+                                 f"for {sorted(t.time)}: give it a time on an allowed device type")
+            if t.phase not in ("forward", "backward"):
+                raise InputError(f"task {t.id!r} has phase {t.phase!r}: use 'forward' or 'backward'")
+        if self.batch_size < 1:
+            raise InputError(f"batch_size {self.batch_size} must be >= 1")
+        for a, b in self.edges:
+            for end in (a, b):
+                if end not in seen:
+                    raise InputError(f"edge {a!r} -> {b!r} names unknown task {end!r}: "
+                                     "every edge must join two declared tasks")
+            if a == b:
+                raise InputError(f"edge {a!r} -> {b!r} is a self-loop: the graph must be acyclic")
+        try:
+            cycle = nx.find_cycle(self.nx)
+        except nx.NetworkXNoCycle:
+            return
+        names = " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
+        raise InputError(f"the graph has a cycle: {names}; a task graph must be acyclic")
+
+    def check_device_types(self, known: Iterable[str]) -> None:
+        """Every task must be able to run on at least one device type the platform has."""
+        known = set(known)
+        unknown = sorted(self.device_types - known)
+        for t in self.tasks:
+            if not any(t.can_run_on(d) for d in known):
+                raise InputError(
+                    f"task {t.id!r} can run only on {sorted(d for d in t.time if t.can_run_on(d))}, "
+                    f"which the platform lacks (it has {sorted(known)}); "
+                    f"choose a platform with those device types" +
+                    (f" (unknown types in the graph: {unknown})" if unknown else ""))
+
+    # -- costs -----------------------------------------------------------------------------------
+    def time_at(self, task_id: str, device_type: str, batch: int | None = None) -> float:
+        """Time of a task on a device type for a batch (interpolated from the table where missing)."""
+        return time_at_batch(self.by_id[task_id], device_type, batch or self.batch_size, self.batch_size)[0]
+
+    # -- JSON ------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        tasks = []
+        for t in self.tasks:
+            d: dict = {"id": t.id, "kind": t.kind, "time": dict(t.time)}
+            if t.time_by_batch:
+                d["time_by_batch"] = {k: {str(b): v for b, v in tb.items()} for k, tb in t.time_by_batch.items()}
+            for key in ("flops", "bytes_accessed", "transfer_time", "colocation", "module"):
+                if getattr(t, key) is not None:
+                    d[key] = getattr(t, key)
+            d["memory_bytes"] = t.memory_bytes
+            d["output_bytes"] = t.output_bytes
+            if t.allowed_types is not None:
+                d["allowed_types"] = sorted(t.allowed_types)
+            if t.phase != "forward":
+                d["phase"] = t.phase
+            tasks.append(d)
+        return {"schema": SCHEMA, "name": self.name, "time_unit": self.time_unit,
+                "batch_size": self.batch_size, "tasks": tasks, "edges": [list(e) for e in self.edges]}
+
+    @staticmethod
+    def from_dict(data: Mapping) -> "TaskGraph":
+        if not isinstance(data, Mapping):
+            raise InputError("a diviml graph must be a JSON object with 'tasks' and 'edges'")
+        schema = data.get("schema", SCHEMA)
+        if schema != SCHEMA:
+            raise InputError(f"unsupported graph schema {schema!r}: this diviml reads {SCHEMA!r}")
+        if "tasks" not in data or "edges" not in data:
+            raise InputError("a diviml graph needs 'tasks' and 'edges' lists")
+        tasks = []
+        for i, d in enumerate(data["tasks"]):
+            try:
+                tbb = {k: {int(b): float(v) for b, v in tb.items()} for k, tb in d.get("time_by_batch", {}).items()}
+                allowed = d.get("allowed_types")
+                tasks.append(Task(
+                    id=str(d["id"]), kind=str(d.get("kind", "op")),
+                    time={str(k): _num(v) for k, v in d["time"].items()}, time_by_batch=tbb,
+                    flops=_opt(d.get("flops")), bytes_accessed=_opt(d.get("bytes_accessed")),
+                    memory_bytes=_num(d.get("memory_bytes", 0.0)), output_bytes=_num(d.get("output_bytes", 0.0)),
+                    transfer_time=_opt(d.get("transfer_time")), colocation=_optstr(d.get("colocation")),
+                    allowed_types=frozenset(map(str, allowed)) if allowed is not None else None,
+                    phase=str(d.get("phase", "forward")), module=_optstr(d.get("module"))))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise InputError(f"task #{i} is malformed ({exc.__class__.__name__}: {exc}): each task needs "
+                                 "an 'id' and a 'time' object of device type -> number") from None
+        try:
+            edges = [(str(a), str(b)) for a, b in data["edges"]]
+        except (TypeError, ValueError):
+            raise InputError("'edges' must be a list of [source_id, destination_id] pairs") from None
+        return TaskGraph.create(tasks, edges, name=str(data.get("name", "graph")),
+                                time_unit=str(data.get("time_unit", "s")), batch_size=int(data.get("batch_size", 1)))
+
+    def save(self, path: str | Path) -> None:
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=1))
+
+    @staticmethod
+    def load(path: str | Path) -> "TaskGraph":
+        return TaskGraph.from_dict(read_json(path))
+
+
+def time_at_batch(task: Task, device_type: str, batch: int, base_batch: int) -> tuple[float, bool]:
+    """(time, interpolated?) of ``task`` on ``device_type`` for ``batch`` samples.
+
+    Uses the batch table where it has the size; otherwise interpolates linearly between the two nearest
+    sizes (the base time counts as a table entry), or extrapolates proportionally beyond the largest.
+    """
+    table = dict(task.time_by_batch.get(device_type, {}))
+    table.setdefault(base_batch, task.time[device_type])
+    if batch in table:
+        return table[batch], False
+    sizes = sorted(table)
+    lower = [s for s in sizes if s < batch]
+    upper = [s for s in sizes if s > batch]
+    if lower and upper:
+        a, b = lower[-1], upper[0]
+        return table[a] + (table[b] - table[a]) * (batch - a) / (b - a), True
+    if lower:
+        a = lower[-1]
+        return table[a] * batch / a, True
+    b = upper[0]
+    return table[b] * batch / b, True
+
+
+def _num(v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"expected a number, got {v!r}")
+    return float(v)
+
+
+def _opt(v) -> float | None:
+    return None if v is None else _num(v)
+
+
+def _optstr(v) -> str | None:
+    return None if v is None else str(v)
+
+
+def read_json(path: str | Path):
+    """Read a JSON file, turning every failure into an InputError that names the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read it ({exc.__class__.__name__})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+
+
+def write_text_atomic(path: str | Path, text: str | bytes) -> None:
+    """Write a whole file or nothing: write beside it, then rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        if isinstance(text, bytes):
+            tmp.write_bytes(text)
+        else:
+            tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{path}: cannot write it ({exc.strerror or exc})") from None

@@ -1,0 +1,114 @@
+"""Plan: what a solver decided (device, start and sub-batch of every task part) and what it proved."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Mapping
+
+from .errors import InputError
+from .graph import read_json, write_text_atomic
+
+SCHEMA = "diviml.plan/1"
+STATUSES = ("optimal", "feasible", "timeout", "infeasible")
+
+
+@dataclass(frozen=True)
+class Assignment:
+    task: str
+    device: str
+    start: float | None = None
+    batch: int | None = None  # samples in this part (None: the whole batch)
+
+
+@dataclass(frozen=True)
+class Plan:
+    objective_kind: str
+    assignments: tuple[Assignment, ...]
+    objective: float
+    bound: float
+    status: str
+    solver: str
+    solve_time_s: float = 0.0
+    time_unit: str = "s"
+    batch_size: int = 1
+    notes: tuple[str, ...] = ()
+    stats: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def gap(self) -> float:
+        """(objective - bound) / objective, 0 when proven optimal, never negative."""
+        if self.objective <= 0:
+            return 0.0
+        return max(0.0, (self.objective - self.bound) / self.objective)
+
+    @property
+    def placement(self) -> dict[str, str]:
+        """Task -> device; for a split task, the device running its largest part."""
+        out: dict[str, tuple[int, str]] = {}
+        for a in self.assignments:
+            b = a.batch or self.batch_size
+            if a.task not in out or b > out[a.task][0]:
+                out[a.task] = (b, a.device)
+        return {t: d for t, (_, d) in out.items()}
+
+    @property
+    def parts(self) -> dict[str, list[tuple[str, int]]]:
+        out: dict[str, list[tuple[str, int]]] = {}
+        for a in self.assignments:
+            out.setdefault(a.task, []).append((a.device, a.batch or self.batch_size))
+        return out
+
+    @property
+    def device_order(self) -> dict[str, list[tuple[str, int]]] | None:
+        """Device -> [(task, part index)] by start time, or None when the plan has no start times."""
+        if any(a.start is None for a in self.assignments):
+            return None
+        seen: dict[str, int] = {}
+        keyed = []
+        for a in self.assignments:
+            k = seen.get(a.task, 0)
+            seen[a.task] = k + 1
+            keyed.append((a.start, a.device, a.task, k))
+        order: dict[str, list[tuple[str, int]]] = {}
+        for start, dev, task, k in sorted(keyed, key=lambda x: (x[0], x[1])):
+            order.setdefault(dev, []).append((task, k))
+        return order
+
+    def with_bound(self, bound: float) -> "Plan":
+        return replace(self, bound=min(bound, self.objective))
+
+    def summary(self) -> dict:
+        return {"objective": self.objective, "bound": self.bound, "gap": self.gap, "status": self.status,
+                "solver": self.solver, "solve_time_s": self.solve_time_s, "objective_kind": self.objective_kind,
+                "time_unit": self.time_unit, "batch_size": self.batch_size,
+                "devices_used": sorted({a.device for a in self.assignments}), "notes": list(self.notes)}
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, **self.summary(), "stats": dict(self.stats),
+                "assignments": [{k: v for k, v in a.__dict__.items() if v is not None} for a in self.assignments]}
+
+    @staticmethod
+    def from_dict(d: Mapping) -> "Plan":
+        if not isinstance(d, Mapping) or d.get("schema") != SCHEMA:
+            raise InputError(f"not a diviml plan (expected schema {SCHEMA!r}): give a file written by "
+                             "'diviml schedule --out'")
+        try:
+            return Plan(
+                objective_kind=str(d["objective_kind"]),
+                assignments=tuple(Assignment(str(a["task"]), str(a["device"]), a.get("start"), a.get("batch"))
+                                  for a in d["assignments"]),
+                objective=float(d["objective"]), bound=float(d["bound"]), status=str(d["status"]),
+                solver=str(d["solver"]), solve_time_s=float(d.get("solve_time_s", 0.0)),
+                time_unit=str(d.get("time_unit", "s")), batch_size=int(d.get("batch_size", 1)),
+                notes=tuple(d.get("notes", ())), stats=dict(d.get("stats", {})))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"malformed plan ({exc.__class__.__name__}: {exc})") from None
+
+    def save(self, path: str | Path) -> None:
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=1))
+
+    @staticmethod
+    def load(path: str | Path) -> "Plan":
+        return Plan.from_dict(read_json(path))

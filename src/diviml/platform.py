@@ -1,0 +1,246 @@
+"""Platform: devices, links and groups of identical devices; YAML/JSON files and shipped presets.
+
+Transfer model (one place, used by every solver through :mod:`diviml.simulate`):
+
+- same device: free;
+- a direct peer link between the two devices: ``latency + bytes / bandwidth`` of that link;
+- otherwise through host memory: one hop out of the sender (free when the sender is a host CPU) and one
+  hop into the receiver (free for a host CPU), plus the network between servers when they differ.
+  A hop costs the task's ``transfer_time`` when the graph gives one (the NeurIPS 2020 model, where edge
+  costs are times), else ``link.latency + bytes / link.bandwidth``.
+
+A tensor sent to several consumers on one device is sent once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Mapping
+
+import yaml
+
+from .errors import InputError
+from .graph import Task
+
+
+@dataclass(frozen=True)
+class Link:
+    bandwidth: float  # bytes / second
+    latency: float = 0.0  # seconds
+
+    def time(self, nbytes: float) -> float:
+        return self.latency + nbytes / self.bandwidth
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    type: str
+    memory_bytes: float = math.inf
+    server: str = "server0"
+    is_host: bool = False  # a CPU whose memory is the host memory: its hops cost nothing
+    link: Link | None = None  # device <-> host link (None for a host CPU)
+
+
+@dataclass(frozen=True)
+class Platform:
+    devices: tuple[Device, ...]
+    name: str = "platform"
+    peer_links: Mapping[frozenset, Link] = field(default_factory=dict)
+    network: Link | None = None
+    groups: tuple[tuple[str, ...], ...] = ()
+    description: str = ""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def by_name(self) -> dict[str, Device]:
+        return {d.name: d for d in self.devices}
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        return {d.name: i for i, d in enumerate(self.devices)}
+
+    @cached_property
+    def device_types(self) -> frozenset[str]:
+        return frozenset(d.type for d in self.devices)
+
+    @cached_property
+    def identical_groups(self) -> tuple[tuple[str, ...], ...]:
+        """Groups of interchangeable devices: declared ones, else derived (same type, memory, link, server)."""
+        if self.groups:
+            return self.groups
+        buckets: dict[tuple, list[str]] = {}
+        for d in self.devices:
+            buckets.setdefault((d.type, d.memory_bytes, d.server, d.is_host, d.link), []).append(d.name)
+        involved = {n for pair in self.peer_links for n in pair}
+        return tuple(tuple(g) for g in buckets.values() if len(g) > 1 and not (set(g) & involved))
+
+    # -- transfers -------------------------------------------------------------------------------
+    def hop_time(self, task: Task, device: Device, scale: float = 1.0) -> float:
+        """Time to move ``task``'s output between ``device`` and host memory (0 on a host CPU)."""
+        if device.is_host:
+            return 0.0
+        if task.transfer_time is not None:
+            return task.transfer_time * scale
+        if device.link is None:
+            raise InputError(f"device {device.name!r} is not a host CPU and has no link: give it a 'link'")
+        return device.link.time(task.output_bytes * scale)
+
+    def transfer_time(self, task: Task, src: str, dst: str, scale: float = 1.0) -> float:
+        """Time for ``task``'s output (``scale`` x its size) to go from device ``src`` to ``dst``."""
+        if src == dst:
+            return 0.0
+        peer = self.peer_links.get(frozenset((src, dst)))
+        if peer is not None:
+            return peer.time(task.output_bytes * scale)
+        a, b = self.by_name[src], self.by_name[dst]
+        t = self.hop_time(task, a, scale) + self.hop_time(task, b, scale)
+        if a.server != b.server:
+            if self.network is None:
+                raise InputError(f"devices {src!r} and {dst!r} are on different servers but the platform "
+                                 "has no 'network': add one")
+            t += self.network.time(task.output_bytes * scale)
+        return t
+
+    # -- files -----------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        def link(l: Link | None):
+            return None if l is None else {"bandwidth": l.bandwidth, "latency": l.latency}
+        devs = []
+        for d in self.devices:
+            e = {"name": d.name, "type": d.type, "server": d.server, "host": d.is_host}
+            if math.isfinite(d.memory_bytes):
+                e["memory"] = d.memory_bytes
+            if d.link:
+                e["link"] = link(d.link)
+            devs.append(e)
+        out = {"name": self.name, "description": self.description, "devices": devs}
+        if self.peer_links:
+            out["peer_links"] = [{"between": sorted(k), **link(v)} for k, v in self.peer_links.items()]
+        if self.network:
+            out["network"] = link(self.network)
+        if self.groups:
+            out["groups"] = [list(g) for g in self.groups]
+        if self.sources:
+            out["sources"] = dict(self.sources)
+        return out
+
+    @staticmethod
+    def from_dict(data: Mapping, *, origin: str = "platform") -> "Platform":
+        if not isinstance(data, Mapping) or "devices" not in data:
+            raise InputError(f"{origin}: a platform needs a 'devices' list")
+        devices: list[Device] = []
+        try:
+            for entry in data["devices"]:
+                count = int(entry.get("count", 1))
+                for i in range(count):
+                    name = str(entry["name"]) if count == 1 else f"{entry['name']}{i}"
+                    mem = entry.get("memory")
+                    devices.append(Device(
+                        name=name, type=str(entry["type"]),
+                        memory_bytes=math.inf if mem is None else _positive(float(mem), f"memory of {name}"),
+                        server=str(entry.get("server", "server0")), is_host=bool(entry.get("host", False)),
+                        link=_link(entry.get("link"), f"link of {name}")))
+            peer = {}
+            for p in data.get("peer_links", []) or []:
+                a, b = p["between"]
+                peer[frozenset((str(a), str(b)))] = _link(p, f"peer link {a}-{b}")
+            network = _link(data.get("network"), "network")
+            groups = tuple(tuple(map(str, g)) for g in data.get("groups", []) or [])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"{origin}: malformed platform ({exc.__class__.__name__}: {exc}); each device "
+                             "needs 'name' and 'type', links need 'bandwidth' (bytes/s)") from None
+        platform = Platform(tuple(devices), str(data.get("name", origin)), peer, network, groups,
+                            str(data.get("description", "")), dict(data.get("sources", {}) or {}))
+        platform.check(origin)
+        return platform
+
+    def check(self, origin: str = "platform") -> None:
+        names = [d.name for d in self.devices]
+        if not names:
+            raise InputError(f"{origin}: the platform has no devices")
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise InputError(f"{origin}: duplicate device names {sorted(dup)}: names must be unique")
+        for d in self.devices:
+            if not d.is_host and d.link is None:
+                raise InputError(f"{origin}: device {d.name!r} is neither a host CPU ('host: true') nor has a "
+                                 "'link' to the host: give it one")
+        for pair in self.peer_links:
+            for n in pair:
+                if n not in self.by_name:
+                    raise InputError(f"{origin}: peer link names unknown device {n!r}")
+        for g in self.groups:
+            for n in g:
+                if n not in self.by_name:
+                    raise InputError(f"{origin}: group names unknown device {n!r}")
+            if len({(self.by_name[n].type, self.by_name[n].memory_bytes) for n in g}) > 1:
+                raise InputError(f"{origin}: group {list(g)} mixes devices of different type or memory: "
+                                 "only identical devices may be grouped")
+        if len({d.server for d in self.devices}) > 1 and self.network is None:
+            raise InputError(f"{origin}: devices sit on several servers but there is no 'network' link")
+
+    @staticmethod
+    def load(path_or_preset: str) -> "Platform":
+        """A platform from a YAML/JSON file, or a preset name (see :func:`preset_names`)."""
+        if path_or_preset in preset_names():
+            return preset(path_or_preset)
+        path = Path(path_or_preset)
+        if not path.exists():
+            raise InputError(f"unknown platform {path_or_preset!r}: give a YAML/JSON file or one of the presets "
+                             f"{', '.join(preset_names())} (see 'diviml platforms')")
+        try:
+            data = yaml.safe_load(path.read_text()) if path.suffix in (".yaml", ".yml") else json.loads(path.read_text())
+        except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InputError(f"{path}: cannot parse the platform file ({str(exc).splitlines()[0]})") from None
+        return Platform.from_dict(data, origin=str(path))
+
+
+def _positive(v: float, what: str) -> float:
+    if not (v > 0) or math.isnan(v):
+        raise InputError(f"{what} must be a positive number, got {v}")
+    return v
+
+
+def _link(d, what: str) -> Link | None:
+    if d is None:
+        return None
+    lat = float(d.get("latency", 0.0))
+    if lat < 0 or math.isnan(lat):
+        raise InputError(f"{what}: latency must be >= 0, got {lat}")
+    return Link(_positive(float(d["bandwidth"]), f"{what}: bandwidth"), lat)
+
+
+# -- presets ---------------------------------------------------------------------------------------
+def preset_names() -> list[str]:
+    files = resources.files("diviml") / "presets"
+    return ["localhost"] + sorted(p.name.rsplit(".", 1)[0] for p in files.iterdir() if p.name.endswith(".yaml"))
+
+
+def preset(name: str) -> Platform:
+    if name == "localhost":
+        return localhost()
+    files = resources.files("diviml") / "presets"
+    path = files / f"{name}.yaml"
+    if not path.is_file():
+        raise InputError(f"unknown platform preset {name!r}: choose one of {', '.join(preset_names())}")
+    return Platform.from_dict(yaml.safe_load(path.read_text()), origin=f"preset {name}")
+
+
+def localhost() -> Platform:
+    """This machine's CPU cores, each a device of type 'cpu' sharing host memory (transfers are free)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        memory = math.inf
+    devices = tuple(Device(f"cpu{i}", "cpu", float(memory), "localhost", True) for i in range(cores))
+    return Platform(devices, "localhost", description=f"this machine: {cores} CPU cores as devices of type "
+                    "'cpu', sharing host memory (each core's capacity is the whole RAM; transfers free)",
+                    sources={"cores, memory": "read from this machine (sched_getaffinity, sysconf)"})

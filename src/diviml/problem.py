@@ -1,0 +1,105 @@
+"""Problem = TaskGraph + Platform + Objective. The one object every solver receives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from .errors import InfeasibleError, InputError
+from .graph import TaskGraph
+from .platform import Platform
+
+OBJECTIVES = ("latency", "batch", "pipeline")
+TRAINING_OBJECTIVES = ("pipedream", "gpipe")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What to minimise.
+
+    - ``latency``: makespan of one request of the graph's batch size.
+    - ``batch``: makespan of a batch of ``batch_size`` requests that may be split across devices
+      (throughput = batch_size / makespan).
+    - ``pipeline``: steady-state time per sample of a pipeline = max device load; for training graphs
+      ``training`` picks PipeDream (max of forward+backward load) or GPipe (max forward + max backward).
+      ``contiguous`` asks for convex node sets per device.
+    """
+
+    kind: str = "latency"
+    batch_size: int | None = None
+    training: str = "pipedream"
+    contiguous: bool = False
+
+    def __post_init__(self):
+        if self.kind not in OBJECTIVES:
+            raise InputError(f"unknown objective {self.kind!r}: choose one of {', '.join(OBJECTIVES)}")
+        if self.training not in TRAINING_OBJECTIVES:
+            raise InputError(f"unknown training objective {self.training!r}: choose "
+                             f"{' or '.join(TRAINING_OBJECTIVES)}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise InputError(f"batch size must be >= 1, got {self.batch_size}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    graph: TaskGraph
+    platform: Platform
+    objective: Objective = Objective()
+
+    def __post_init__(self):
+        self.graph.check_device_types(self.platform.device_types)
+        self._check_memory_and_colocation()
+
+    @cached_property
+    def batch_size(self) -> int:
+        """Requests in one batch for the ``batch`` objective (the graph's batch size otherwise)."""
+        if self.objective.kind == "batch":
+            return self.objective.batch_size or max(8, self.graph.batch_size)
+        return self.graph.batch_size
+
+    @cached_property
+    def is_training(self) -> bool:
+        return any(t.phase == "backward" for t in self.graph.tasks)
+
+    @cached_property
+    def allowed_devices(self) -> dict[str, tuple[str, ...]]:
+        """Devices each task may run on (type known, allowed, and its memory alone fits)."""
+        out = {}
+        for t in self.graph.tasks:
+            devs = tuple(d.name for d in self.platform.devices
+                         if t.can_run_on(d.type) and t.memory_bytes <= d.memory_bytes)
+            out[t.id] = devs
+        return out
+
+    @cached_property
+    def colocation_groups(self) -> dict[str, tuple[str, ...]]:
+        groups: dict[str, list[str]] = {}
+        for t in self.graph.tasks:
+            if t.colocation is not None:
+                groups.setdefault(t.colocation, []).append(t.id)
+        return {k: tuple(v) for k, v in groups.items() if len(v) > 1}
+
+    def time(self, task_id: str, device: str, batch: int | None = None) -> float:
+        return self.graph.time_at(task_id, self.platform.by_name[device].type, batch)
+
+    def _check_memory_and_colocation(self) -> None:
+        for t in self.graph.tasks:
+            if not self.allowed_devices[t.id]:
+                fits = [d.name for d in self.platform.devices if t.can_run_on(d.type)]
+                raise InfeasibleError(
+                    f"task {t.id!r} needs {t.memory_bytes:.4g} bytes but no device it may run on ({fits}) has "
+                    "that much memory: raise the memory limit or choose a larger device")
+        for name, members in self.colocation_groups.items():
+            common = set(self.allowed_devices[members[0]])
+            for m in members[1:]:
+                common &= set(self.allowed_devices[m])
+            need = sum(self.graph.by_id[m].memory_bytes for m in members)
+            common = {d for d in common if self.platform.by_name[d].memory_bytes >= need}
+            if not common:
+                raise InfeasibleError(f"co-location group {name!r} ({len(members)} tasks) fits on no single device "
+                                      "(allowed types or memory): relax the group or the memory limit")
+        total = sum(t.memory_bytes for t in self.graph.tasks)
+        capacity = sum(d.memory_bytes for d in self.platform.devices)
+        if total > capacity:
+            raise InfeasibleError(f"the graph needs {total:.4g} bytes of memory but all devices together hold "
+                                  f"{capacity:.4g}: raise the memory limit or add devices")

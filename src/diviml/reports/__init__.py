@@ -1,0 +1,1 @@
+"""Reports: pictures and pages of plans (Gantt charts, load charts)."""

@@ -1,0 +1,48 @@
+"""Solvers, one module each, all behind ``solve(problem, *, time_limit, seed) -> Plan``.
+
+:func:`get` looks one up by its CLI name; :data:`REGISTRY` lists them with what they are for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+
+@dataclass(frozen=True)
+class SolverInfo:
+    name: str
+    module: str
+    objectives: tuple[str, ...]
+    summary: str
+
+
+REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
+    SolverInfo("best-device", "best_device", ("latency", "batch", "pipeline"),
+               "the whole graph on the single device that runs it fastest (baseline)"),
+    SolverInfo("heft", "heft", ("latency", "batch"),
+               "HEFT: upward rank, insertion-based earliest finish time, memory-aware (baseline)"),
+    SolverInfo("greedy", "greedy", ("latency", "batch", "pipeline"),
+               "memory-aware topological fill of devices, fastest first, towards balanced load (baseline)"),
+)}
+
+
+def get(name: str):
+    """The module implementing solver ``name`` (it has ``solve(problem, *, time_limit, seed)``)."""
+    if name not in REGISTRY:
+        raise InputError(f"unknown solver {name!r}: choose one of {', '.join(REGISTRY)} (see 'diviml solvers')")
+    return importlib.import_module(f"{__name__}.{REGISTRY[name].module}")
+
+
+def solve(problem, solver: str = "heft", *, time_limit: float = 60.0, seed: int = 0, **options):
+    """Solve ``problem`` with the named solver, after checking it handles the objective."""
+    info = REGISTRY.get(solver)
+    module = get(solver)
+    if problem.objective.kind not in info.objectives:
+        raise InputError(f"solver {solver!r} does not handle objective {problem.objective.kind!r}: "
+                         f"it handles {', '.join(info.objectives)}")
+    if time_limit is None or time_limit <= 0:
+        raise InputError(f"time limit must be positive, got {time_limit}")
+    return module.solve(problem, time_limit=time_limit, seed=seed, **options)

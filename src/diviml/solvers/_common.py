@@ -1,0 +1,59 @@
+"""What every solver does with its answer: simulate it, bound it, validate it, wrap it in a Plan."""
+
+from __future__ import annotations
+
+import time
+from typing import Mapping, Sequence
+
+from ..bounds import lower_bound
+from ..plan import Assignment, Plan
+from ..problem import Problem
+from ..simulate import Parts, parts_from_placement, pipeline_loads, schedule
+from ..validate import check
+
+
+class Stopwatch:
+    def __init__(self, limit: float):
+        self.t0 = time.perf_counter()
+        self.limit = limit
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    @property
+    def left(self) -> float:
+        return max(0.0, self.limit - self.elapsed)
+
+    @property
+    def expired(self) -> bool:
+        return self.elapsed >= self.limit
+
+
+def evaluate(problem: Problem, parts: Parts, order: Mapping[str, Sequence[tuple[str, int]]] | None = None
+             ) -> tuple[float, tuple[Assignment, ...]]:
+    """Objective and assignments (with start times where the objective has them) of a decision."""
+    if problem.objective.kind == "pipeline":
+        placement = {t: p[0][0] for t, p in parts.items()}
+        value = pipeline_loads(problem, placement).objective
+        return value, tuple(Assignment(t.id, placement[t.id]) for t in problem.graph.tasks)
+    sched = schedule(problem, parts, order)
+    batch = problem.objective.kind == "batch"
+    return sched.makespan, tuple(Assignment(j.task, j.device, j.start, j.batch if batch else None)
+                                 for j in sorted(sched.jobs, key=lambda j: (problem.graph.index[j.task], j.offset)))
+
+
+def make_plan(problem: Problem, parts: Parts | None = None, *, placement: Mapping[str, str] | None = None,
+              order=None, solver: str, status: str, watch: Stopwatch, bound: float | None = None,
+              notes: Sequence[str] = (), stats: Mapping[str, float] | None = None) -> Plan:
+    """Simulate the decision, attach the best known bound, validate, and return the Plan."""
+    if parts is None:
+        parts = parts_from_placement(problem, placement)
+    value, assignments = evaluate(problem, parts, order)
+    best_bound = lower_bound(problem) if bound is None else max(bound, lower_bound(problem))
+    if status == "optimal":
+        best_bound = max(best_bound, value)
+    plan = Plan(problem.objective.kind, assignments, value, min(best_bound, value), status, solver,
+                watch.elapsed, problem.graph.time_unit, problem.batch_size, tuple(notes), dict(stats or {}))
+    check(plan, problem)
+    return plan

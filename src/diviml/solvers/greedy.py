@@ -1,0 +1,82 @@
+"""Baseline: memory-aware topological fill.
+
+Walk the tasks in topological order and fill devices one after another, fastest device first, until a
+device's compute reaches a target share of the balanced load (or its memory is full), then move on.
+Several target shares are tried; the best plan under the problem's objective is kept. The result is a
+contiguous split (a pipeline), a sensible start for pipelined throughput and a plain yardstick for latency.
+"""
+
+from __future__ import annotations
+
+from ..bounds import work_bound
+from ..errors import InfeasibleError
+from ..problem import Problem
+from ..validate import _contiguity_violations
+from ._common import Stopwatch, evaluate, make_plan
+
+NAME = "greedy"
+TARGET_FACTORS = (1.0, 1.05, 1.15, 1.3, 1.6, 2.0, 3.0)
+
+
+def fill(problem: Problem, target: float) -> dict[str, str] | None:
+    graph, platform = problem.graph, problem.platform
+    n = problem.batch_size
+    speed = {d.name: sum(problem.time(t.id, d.name, n) for t in graph.tasks if d.name in problem.allowed_devices[t.id])
+             for d in platform.devices}
+    devices = sorted((d.name for d in platform.devices), key=lambda d: (speed[d], platform.index[d]))
+    load = {d: 0.0 for d in devices}
+    memory_left = {d: platform.by_name[d].memory_bytes for d in devices}
+    groups = problem.colocation_groups
+    placement: dict[str, str] = {}
+    current = 0
+    for t in graph.topological_order:
+        if t in placement:
+            continue
+        task = graph.by_id[t]
+        members = groups.get(task.colocation, (t,)) if task.colocation else (t,)
+        need = sum(graph.by_id[m].memory_bytes for m in members)
+
+        def fits(d: str) -> bool:
+            return memory_left[d] >= need and all(d in problem.allowed_devices[m] for m in members)
+
+        def cost(d: str) -> float:
+            return sum(problem.time(m, d, n) for m in members)
+
+        while (current < len(devices) - 1 and load[devices[current]] > 0
+               and (not fits(devices[current]) or load[devices[current]] + cost(devices[current]) > target)):
+            current += 1
+        choice = devices[current] if fits(devices[current]) else None
+        if choice is None:
+            usable = [d for d in devices if fits(d)]
+            if not usable:
+                return None
+            choice = min(usable, key=lambda d: (load[d] + cost(d), platform.index[d]))
+        for m in members:
+            placement[m] = choice
+        load[choice] += cost(choice)
+        memory_left[choice] -= need
+    return placement
+
+
+def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
+    watch = Stopwatch(time_limit)
+    base = max(work_bound(problem), 1e-12)
+    best = None
+    for factor in TARGET_FACTORS:
+        placement = fill(problem, base * factor)
+        contiguous_ok = placement is not None and not (
+            problem.objective.kind == "pipeline" and problem.objective.contiguous
+            and _contiguity_violations(problem, placement))
+        if contiguous_ok:
+            parts = {t: [(d, problem.batch_size)] for t, d in placement.items()}
+            value = evaluate(problem, parts)[0]
+            if best is None or value < best[0]:
+                best = (value, factor, parts)
+        if watch.expired:
+            break
+    if best is None:
+        raise InfeasibleError("greedy could not fit the graph into the devices' memory: raise the memory limit "
+                              "or add devices")
+    value, factor, parts = best
+    return make_plan(problem, parts, solver=NAME, status="feasible", watch=watch,
+                     notes=[f"fill target {factor:g} x the balanced load"])

@@ -1,0 +1,163 @@
+"""Independent plan validation: re-check every constraint and recompute the objective.
+
+Nothing here trusts the solver: start times are re-checked against the transfer model, device overlap,
+memory, co-location, device types and contiguity, and the objective is recomputed from the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ValidationError
+from .plan import Plan
+from .problem import Problem
+from .simulate import pipeline_loads
+
+REL_TOL = 1e-6
+ABS_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Report:
+    violations: tuple[str, ...]
+    objective: float | None  # recomputed; None when the plan is too broken to evaluate
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def _close_or_below(a: float, b: float) -> bool:
+    """a <= b up to tolerance."""
+    return a <= b + REL_TOL * max(abs(a), abs(b)) + ABS_TOL
+
+
+def validate(plan: Plan, problem: Problem) -> Report:
+    v: list[str] = []
+    graph, platform = problem.graph, problem.platform
+    kind = problem.objective.kind
+    if plan.objective_kind != kind:
+        v.append(f"plan is for objective {plan.objective_kind!r}, problem asks for {kind!r}")
+    parts = plan.parts
+    for t in graph.tasks:
+        if t.id not in parts:
+            v.append(f"task {t.id!r} has no device")
+    for task in parts:
+        if task not in graph.by_id:
+            v.append(f"plan names unknown task {task!r}")
+    if v:
+        return Report(tuple(v), None)
+    for t in graph.tasks:
+        p = parts[t.id]
+        for dev, b in p:
+            if dev not in platform.by_name:
+                v.append(f"task {t.id!r} is on unknown device {dev!r}")
+            elif not t.can_run_on(platform.by_name[dev].type):
+                v.append(f"task {t.id!r} may not run on {dev!r} (type {platform.by_name[dev].type})")
+            if b < 1:
+                v.append(f"task {t.id!r} has a part of {b} samples")
+        if kind != "batch" and len(p) != 1:
+            v.append(f"task {t.id!r} is split into {len(p)} parts, allowed only for the batch objective")
+        if sum(b for _, b in p) != problem.batch_size:
+            v.append(f"task {t.id!r} covers {sum(b for _, b in p)} samples, not {problem.batch_size}")
+        if len({d for d, _ in p}) != len(p):
+            v.append(f"task {t.id!r} has two parts on one device")
+    if v:
+        return Report(tuple(v), None)
+
+    devices_of = {t: {d for d, _ in p} for t, p in parts.items()}
+    for name, members in problem.colocation_groups.items():
+        if len({frozenset(devices_of[m]) for m in members}) > 1:
+            v.append(f"co-location group {name!r} is spread over several devices")
+    used: dict[str, float] = {d.name: 0.0 for d in platform.devices}
+    for t in graph.tasks:
+        for d in devices_of[t.id]:
+            used[d] += t.memory_bytes
+    for d in platform.devices:
+        if not _close_or_below(used[d.name], d.memory_bytes):
+            v.append(f"device {d.name!r} holds {used[d.name]:.6g} bytes, more than its {d.memory_bytes:.6g}")
+    if kind == "pipeline" and problem.objective.contiguous:
+        v.extend(_contiguity_violations(problem, plan.placement))
+
+    if kind == "pipeline":
+        objective = pipeline_loads(problem, plan.placement).objective
+    else:
+        objective = _check_schedule(plan, problem, v)
+    if objective is not None:
+        if abs(objective - plan.objective) > REL_TOL * max(abs(objective), 1.0) + ABS_TOL:
+            v.append(f"plan claims objective {plan.objective:.9g} but it is {objective:.9g}")
+        if not _close_or_below(plan.bound, objective):
+            v.append(f"plan's bound {plan.bound:.9g} exceeds its objective {objective:.9g}")
+    if plan.status not in ("optimal", "feasible", "timeout"):
+        v.append(f"plan has status {plan.status!r}")
+    return Report(tuple(v), objective)
+
+
+def check(plan: Plan, problem: Problem) -> None:
+    """Raise ValidationError listing what the plan breaks."""
+    report = validate(plan, problem)
+    if not report.ok:
+        more = f" (and {len(report.violations) - 3} more)" if len(report.violations) > 3 else ""
+        raise ValidationError(f"plan by {plan.solver} is invalid: {'; '.join(report.violations[:3])}{more}")
+
+
+def _check_schedule(plan: Plan, problem: Problem, v: list[str]) -> float | None:
+    """Check start times (precedence + transfers, one job at a time per device); return the makespan."""
+    graph, platform = problem.graph, problem.platform
+    if any(a.start is None for a in plan.assignments):
+        v.append("a latency/batch plan needs a start time for every task part")
+        return None
+    jobs: dict[str, list[tuple[str, int, int, float, float]]] = {}  # task -> (dev, lo, hi, start, finish)
+    for a in plan.assignments:
+        b = a.batch or plan.batch_size
+        lo = sum(x[2] - x[1] for x in jobs.get(a.task, []))
+        finish = a.start + problem.time(a.task, a.device, b)
+        if a.start < -ABS_TOL:
+            v.append(f"task {a.task!r} starts before time 0")
+        jobs.setdefault(a.task, []).append((a.device, lo, lo + b, a.start, finish))
+    for t in graph.tasks:
+        for dev, lo, hi, start, _ in jobs[t.id]:
+            for u in graph.predecessors[t.id]:
+                for udev, ulo, uhi, _, ufinish in jobs[u]:
+                    overlap = min(hi, uhi) - max(lo, ulo)
+                    if overlap <= 0:
+                        continue
+                    arrival = ufinish + platform.transfer_time(graph.by_id[u], udev, dev, overlap / graph.batch_size)
+                    if not _close_or_below(arrival, start):
+                        v.append(f"task {t.id!r} on {dev} starts at {start:.9g} before its input from {u!r} "
+                                 f"arrives at {arrival:.9g}")
+    per_device: dict[str, list[tuple[float, float, str]]] = {}
+    for t, js in jobs.items():
+        for dev, _, _, start, finish in js:
+            per_device.setdefault(dev, []).append((start, finish, t))
+    for dev, js in per_device.items():
+        js.sort()
+        for (s1, f1, t1), (s2, f2, t2) in zip(js, js[1:]):
+            if not _close_or_below(f1, s2):
+                v.append(f"tasks {t1!r} and {t2!r} overlap on {dev}")
+    return max(f for js in jobs.values() for *_, f in js)
+
+
+def _contiguity_violations(problem: Problem, placement: dict[str, str]) -> list[str]:
+    """Forward node sets must be convex: no path leaves a device's set and comes back."""
+    graph = problem.graph
+    forward = {t.id for t in graph.tasks if t.phase == "forward"}
+    out = []
+    for dev in sorted(set(placement.values())):
+        members = {t for t in forward if placement[t] == dev}
+        frontier = [s for t in members for s in graph.successors[t] if s in forward and s not in members]
+        seen = set(frontier)
+        while frontier:
+            x = frontier.pop()
+            for s in graph.successors[x]:
+                if s not in forward:
+                    continue
+                if s in members:
+                    out.append(f"device {dev!r} holds a non-contiguous set: a path leaves it at {x!r} and "
+                               f"re-enters at {s!r}")
+                    frontier = []
+                    break
+                if s not in seen:
+                    seen.add(s)
+                    frontier.append(s)
+    return out
