@@ -57,6 +57,7 @@ def _progress(message: str) -> None:
 
 
 def cmd_schedule(args) -> dict:
+    solvers.check_request(args.objective, args.solver, args.time_limit)
     for path in (args.gantt or []):
         gantt.check_format(path)
     for path in [args.out, args.split_out, *(args.gantt or [])]:

@@ -36,13 +36,18 @@ def get(name: str):
     return importlib.import_module(f"{__name__}.{REGISTRY[name].module}")
 
 
+def check_request(objective_kind: str, solver: str, time_limit: float) -> None:
+    """Raise InputError when ``solver`` does not exist, does not handle the objective, or the limit is bad."""
+    get(solver)
+    info = REGISTRY[solver]
+    if objective_kind not in info.objectives:
+        raise InputError(f"solver {solver!r} does not handle objective {objective_kind!r}: "
+                         f"it handles {', '.join(info.objectives)}")
+    if time_limit is None or not time_limit > 0:
+        raise InputError(f"time limit must be positive, got {time_limit}")
+
+
 def solve(problem, solver: str = "heft", *, time_limit: float = 60.0, seed: int = 0, **options):
     """Solve ``problem`` with the named solver, after checking it handles the objective."""
-    info = REGISTRY.get(solver)
-    module = get(solver)
-    if problem.objective.kind not in info.objectives:
-        raise InputError(f"solver {solver!r} does not handle objective {problem.objective.kind!r}: "
-                         f"it handles {', '.join(info.objectives)}")
-    if time_limit is None or time_limit <= 0:
-        raise InputError(f"time limit must be positive, got {time_limit}")
-    return module.solve(problem, time_limit=time_limit, seed=seed, **options)
+    check_request(problem.objective.kind, solver, time_limit)
+    return get(solver).solve(problem, time_limit=time_limit, seed=seed, **options)

@@ -36,11 +36,13 @@ def evaluate(problem: Problem, parts: Parts, order: Mapping[str, Sequence[tuple[
     if problem.objective.kind == "pipeline":
         placement = {t: p[0][0] for t, p in parts.items()}
         value = pipeline_loads(problem, placement).objective
-        return value, tuple(Assignment(t.id, placement[t.id]) for t in problem.graph.tasks)
+        return value, tuple(Assignment(t, placement[t]) for t in problem.graph.topological_order)
     sched = schedule(problem, parts, order)
     batch = problem.objective.kind == "batch"
+    topo = {t: i for i, t in enumerate(problem.graph.topological_order)}
+    # listed in topological order, so that equal start times on a device keep a dependency-safe order
     return sched.makespan, tuple(Assignment(j.task, j.device, j.start, j.batch if batch else None)
-                                 for j in sorted(sched.jobs, key=lambda j: (problem.graph.index[j.task], j.offset)))
+                                 for j in sorted(sched.jobs, key=lambda j: (topo[j.task], j.offset)))
 
 
 def make_plan(problem: Problem, parts: Parts | None = None, *, placement: Mapping[str, str] | None = None,

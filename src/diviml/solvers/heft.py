@@ -92,8 +92,9 @@ def _earliest_gap(slots: list[tuple[float, float]], ready: float, duration: floa
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
     watch = Stopwatch(time_limit)
     placement, start, makespan = heft_schedule(problem)
+    topo = {t: i for i, t in enumerate(problem.graph.topological_order)}
     order: dict[str, list[tuple[str, int]]] = {d.name: [] for d in problem.platform.devices}
-    for t in sorted(start, key=lambda t: (start[t], problem.graph.index[t])):
+    for t in sorted(start, key=lambda t: (start[t], topo[t])):
         order[placement[t]].append((t, 0))
     plan = make_plan(problem, placement=placement, order=order, solver=NAME, status="feasible", watch=watch,
                      stats={"heft_makespan": makespan})

@@ -1,0 +1,33 @@
+"""Shared fixtures: the NeurIPS 2020 data beside the checkout, and small hand-made problems."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from diviml import Device, Link, Platform, Task, TaskGraph
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "tarnawski2020"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The NeurIPS 2020 scenarios; a missing folder is a failure, never a skip."""
+    assert DATA.is_dir(), f"NeurIPS 2020 data not found at {DATA}: check out shared/ beside the repository"
+    return DATA
+
+
+def two_device_platform(peer_bandwidth: float = 1.0) -> Platform:
+    """P1 (type x) and P2 (type y) joined by a peer link: transfer time = output_bytes / bandwidth."""
+    link = Link(1.0, 0.0)
+    return Platform((Device("P1", "x", math.inf, "s", False, link), Device("P2", "y", math.inf, "s", False, link)),
+                    "two", peer_links={frozenset(("P1", "P2")): Link(peer_bandwidth, 0.0)})
+
+
+def graph(spec: dict[str, tuple[dict, float]], edges: list[tuple[str, str]], **task_extra) -> TaskGraph:
+    """spec: id -> (times by device type, output bytes)."""
+    tasks = [Task(id=t, time=times, output_bytes=out, **task_extra.get(t, {})) for t, (times, out) in spec.items()]
+    return TaskGraph.create(tasks, edges)

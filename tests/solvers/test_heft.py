@@ -1,0 +1,51 @@
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import diviml
+from diviml import Objective, Problem
+from diviml.generators import layered_dag
+from diviml.solvers.heft import heft_schedule, upward_ranks
+
+from conftest import graph, two_device_platform
+
+
+def test_heft_matches_the_textbook_on_a_hand_checked_diamond():
+    # times (P1, P2): a 2/3, b 3/2, c 4/4, d 2/3; outputs a 1, b 2, c 1 (peer link: 1 byte = 1 time unit)
+    g = graph({"a": ({"x": 2, "y": 3}, 1), "b": ({"x": 3, "y": 2}, 2), "c": ({"x": 4, "y": 4}, 1),
+               "d": ({"x": 2, "y": 3}, 0)}, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+    p = Problem(g, two_device_platform(), Objective())
+    # rank_u: d 2.5; b 2.5 + 2 + 2.5 = 7; c 4 + 1 + 2.5 = 7.5; a 2.5 + 1 + 7.5 = 11 -> order a, c, b, d
+    assert upward_ranks(p) == {"a": 11, "b": 7, "c": 7.5, "d": 2.5}
+    placement, start, makespan = heft_schedule(p)
+    # a: P1 [0,2]; c: P1 [2,6] (P2 would end at 7); b: P2 [3,5]; d: P1 waits for b (5 + 2) -> [7,9]
+    assert placement == {"a": "P1", "c": "P1", "b": "P2", "d": "P1"}
+    assert start == {"a": 0, "c": 2, "b": 3, "d": 7}
+    assert makespan == 9
+
+
+def test_heft_inserts_a_task_into_an_idle_gap():
+    # a (P1) -> b (P2 only, 3-byte transfer) -> c (P1) leaves P1 idle over [1, 8); d (after a) fits there
+    g = graph({"a": ({"x": 1}, 3), "b": ({"y": 1}, 3), "c": ({"x": 1}, 0), "d": ({"x": 0.5}, 0)},
+              [("a", "b"), ("b", "c"), ("a", "d")])
+    p = Problem(g, two_device_platform(), Objective())
+    placement, start, makespan = heft_schedule(p)
+    assert start == {"a": 0, "b": 4, "c": 8, "d": 1}
+    assert makespan == 9
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 60), seed=st.integers(0, 10_000), kind=st.sampled_from(["latency", "batch"]))
+def test_the_simulated_latency_of_a_heft_plan_equals_heft_makespan(n, seed, kind):
+    p = Problem(layered_dag(n, seed=seed), diviml.preset("paper-server"), Objective(kind, batch_size=4))
+    plan = diviml.solve(p, "heft", time_limit=10)
+    assert plan.objective == pytest.approx(plan.stats["heft_makespan"], rel=1e-12)
+
+
+def test_heft_respects_memory_limits():
+    g = graph({"a": ({"x": 1, "y": 5}, 0), "b": ({"x": 1, "y": 5}, 0)}, [],
+              a={"memory_bytes": 6.0}, b={"memory_bytes": 6.0})
+    plat = two_device_platform()
+    from dataclasses import replace
+    plat = replace(plat, devices=tuple(replace(d, memory_bytes=10.0) for d in plat.devices))
+    plan = diviml.solve(Problem(g, plat, Objective()), "heft", time_limit=5)
+    assert sorted(plan.placement.values()) == ["P1", "P2"]

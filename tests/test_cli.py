@@ -1,0 +1,110 @@
+"""The CLI as a user runs it: a real subprocess, exit codes, one-line errors, no partial files."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+EXAMPLE = str(REPO / "examples" / "layered40.json")
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "diviml", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_schedule_json_prints_one_object_with_the_promised_fields(tmp_path):
+    r = run("schedule", EXAMPLE, "--json", "--out", tmp_path / "plan.json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert {"objective", "bound", "gap", "status", "solver", "solve_time_s"} <= set(out)
+    assert out["bound"] <= out["objective"]
+    v = run("validate", EXAMPLE, tmp_path / "plan.json", "--json")
+    assert v.returncode == 0 and json.loads(v.stdout)["valid"] is True
+
+
+def test_schedule_draws_png_svg_and_a_self_contained_html_page(tmp_path):
+    files = [tmp_path / f"g.{ext}" for ext in ("png", "svg", "html")]
+    r = run("schedule", EXAMPLE, *[x for f in files for x in ("--gantt", f)])
+    assert r.returncode == 0, r.stderr
+    assert files[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"<svg" in files[1].read_bytes()
+    page = files[2].read_text()
+    assert "<script>" in page and "http" not in page.replace("http://www.w3.org", "")
+
+
+def test_batch_objective_reports_throughput():
+    r = run("schedule", EXAMPLE, "--objective", "batch", "--batch", "16", "--json")
+    out = json.loads(r.stdout)
+    assert out["throughput"] == pytest.approx(16 / out["objective"])
+
+
+def test_evaluate_reproduces_the_expert_split(data_dir):
+    r = run("evaluate", data_dir / "throughput-inputs/LayerGraphs/bert24_inference.json",
+            "--split", data_dir / "human-experts/bert24_inference_expert.json", "--json")
+    assert r.returncode == 0, r.stderr
+    assert round(json.loads(r.stdout)["objective"], 3) == 20.084
+
+
+def test_a_scenario_file_is_auto_detected_and_can_export_a_split(data_dir, tmp_path):
+    r = run("schedule", data_dir / "throughput-inputs/LayerGraphs/resnet50_inference.json", "--objective",
+            "pipeline", "--solver", "greedy", "--split-out", tmp_path / "split.json", "--json")
+    assert r.returncode == 0, r.stderr
+    e = run("evaluate", data_dir / "throughput-inputs/LayerGraphs/resnet50_inference.json", "--split",
+            tmp_path / "split.json", "--json")
+    assert json.loads(e.stdout)["objective"] == pytest.approx(json.loads(r.stdout)["objective"])
+
+
+def test_platforms_and_solvers_are_listed():
+    assert "paper-server" in json.loads(run("platforms", "--json").stdout)["platforms"]
+    assert "heft" in json.loads(run("solvers", "--json").stdout)["solvers"]
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+CYCLE = json.dumps({"tasks": [{"id": "a", "time": {"cpu": 1}}, {"id": "b", "time": {"cpu": 1}}],
+                    "edges": [["a", "b"], ["b", "a"]]})
+HUGE = json.dumps({"tasks": [{"id": "a", "time": {"cpu": 1, "a100": 1}, "memory_bytes": 1e15}], "edges": []})
+
+
+@pytest.mark.parametrize("make_args, message", [
+    (lambda t: [_write(t, "bad.json", "{not json")], "not valid JSON"),
+    (lambda t: [t / "missing.json"], "no such file"),
+    (lambda t: [_write(t, "cyc.json", CYCLE)], "cycle: "),
+    (lambda t: [EXAMPLE, "--platform", "no-such-preset"], "unknown platform 'no-such-preset'"),
+    (lambda t: [EXAMPLE, "--solver", "no-such-solver"], "unknown solver 'no-such-solver'"),
+    (lambda t: [_write(t, "huge.json", HUGE)], "no device it may run on"),
+    (lambda t: [EXAMPLE, "--gantt", t / "chart.bmp"], "cannot draw"),
+    (lambda t: [EXAMPLE, "--time-limit", "-1"], "time limit must be positive"),
+    (lambda t: [EXAMPLE, "--objective", "pipeline", "--solver", "heft"], "does not handle objective"),
+    (lambda t: [_write(t, "empty.json", "[]")], "neither a diviml graph"),
+])
+def test_bad_input_gives_exit_2_one_line_and_no_output_file(tmp_path, make_args, message):
+    out = tmp_path / "plan.json"
+    r = run("schedule", *make_args(tmp_path), "--out", out)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_a_bad_option_is_one_line_too():
+    r = run("schedule", EXAMPLE, "--objective", "fastest")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_an_invalid_plan_is_reported_with_exit_1(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    assert run("schedule", EXAMPLE, "--out", plan_file).returncode == 0
+    plan = json.loads(plan_file.read_text())
+    plan["objective"] *= 0.5
+    plan_file.write_text(json.dumps(plan))
+    r = run("validate", EXAMPLE, plan_file, "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["valid"] is False

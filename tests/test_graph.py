@@ -1,0 +1,68 @@
+import math
+
+import pytest
+
+from diviml import InputError, Objective, Platform, Problem, Task, TaskGraph
+from diviml.graph import time_at_batch
+
+from conftest import graph
+
+
+def test_json_round_trip_keeps_every_field(tmp_path):
+    t = Task(id="a", time={"cpu": 1.0, "gpu": 0.1}, kind="conv", time_by_batch={"gpu": {8: 0.4}}, flops=1e9,
+             bytes_accessed=2e6, memory_bytes=5.0, output_bytes=7.0, transfer_time=0.5, colocation="g",
+             allowed_types=frozenset({"gpu"}), phase="backward", module="layer1.conv")
+    g = TaskGraph.create([t, Task(id="b", time={"cpu": 2.0})], [("a", "b")], name="n", batch_size=2)
+    g.save(tmp_path / "g.json")
+    assert TaskGraph.load(tmp_path / "g.json") == g
+
+
+def test_a_cycle_is_rejected_and_named():
+    with pytest.raises(InputError, match=r"cycle: .*a -> b -> c -> a|cycle: .*b -> c -> a -> b|cycle: .*c -> a -> b -> c"):
+        graph({x: ({"cpu": 1}, 0) for x in "abc"}, [("a", "b"), ("b", "c"), ("c", "a")])
+
+
+@pytest.mark.parametrize("edges, message", [
+    ([("a", "zz")], "unknown task 'zz'"),
+    ([("a", "a")], "self-loop"),
+])
+def test_bad_edges_are_rejected(edges, message):
+    with pytest.raises(InputError, match=message):
+        graph({"a": ({"cpu": 1}, 0)}, edges)
+
+
+@pytest.mark.parametrize("value", [-1.0, math.nan, math.inf])
+def test_negative_nan_or_infinite_costs_are_rejected(value):
+    with pytest.raises(InputError, match="negative, infinite or NaN"):
+        graph({"a": ({"cpu": value}, 0)}, [])
+
+
+def test_duplicate_ids_are_rejected():
+    with pytest.raises(InputError, match="duplicate task id 'a'"):
+        TaskGraph.create([Task("a", {"cpu": 1}), Task("a", {"cpu": 2})], [])
+
+
+def test_device_types_the_platform_lacks_are_rejected():
+    g = graph({"a": ({"tpu": 1}, 0)}, [])
+    with pytest.raises(InputError, match="can run only on \\['tpu'\\].*platform lacks"):
+        Problem(g, Platform.load("paper-server"), Objective())
+
+
+def test_schema_version_is_checked():
+    with pytest.raises(InputError, match="unsupported graph schema"):
+        TaskGraph.from_dict({"schema": "diviml.graph/99", "tasks": [], "edges": []})
+
+
+def test_topological_order_is_deterministic_and_valid():
+    g = graph({x: ({"cpu": 1}, 0) for x in "dcba"}, [("a", "b"), ("c", "b"), ("b", "d")])
+    order = g.topological_order
+    assert order.index("a") < order.index("b") < order.index("d") and order.index("c") < order.index("b")
+    assert order == g.topological_order
+
+
+def test_batch_times_come_from_the_table_or_are_interpolated_and_flagged():
+    t = Task("a", {"gpu": 1.0}, time_by_batch={"gpu": {4: 2.0, 8: 3.0}})
+    assert time_at_batch(t, "gpu", 4, 1) == (2.0, False)
+    assert time_at_batch(t, "gpu", 6, 1) == (2.5, True)
+    assert time_at_batch(t, "gpu", 2, 1) == pytest.approx((1 + 1 / 3, True))
+    assert time_at_batch(t, "gpu", 16, 1) == (6.0, True)

@@ -1,0 +1,89 @@
+from dataclasses import replace
+
+import pytest
+
+import diviml
+from diviml import Assignment, Objective, Problem, ValidationError
+from diviml.validate import check, validate
+
+from conftest import graph, two_device_platform
+
+
+def _problem(kind="latency", **obj):
+    g = graph({"a": ({"x": 2, "y": 3}, 1), "b": ({"x": 3, "y": 2}, 2), "c": ({"x": 4, "y": 4}, 1),
+               "d": ({"x": 2, "y": 3}, 0)}, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+    return Problem(g, two_device_platform(), Objective(kind, **obj))
+
+
+def _good_plan(p):
+    return diviml.solve(p, "heft", time_limit=5)
+
+
+def test_a_solver_plan_is_valid_and_its_objective_recomputed():
+    p = _problem()
+    plan = _good_plan(p)
+    report = validate(plan, p)
+    assert report.ok and report.objective == plan.objective == 9
+
+
+def _with(plan, task, **changes):
+    return replace(plan, assignments=tuple(replace(a, **changes) if a.task == task else a for a in plan.assignments))
+
+
+def test_starting_before_an_input_arrives_is_caught():
+    p = _problem()
+    plan = _good_plan(p)
+    bad = _with(plan, "d", start=6.5)
+    assert any("before its input" in v for v in validate(bad, p).violations)
+
+
+def test_overlap_on_a_device_is_caught():
+    p = _problem()
+    plan = _good_plan(p)
+    bad = _with(plan, "c", start=1.0)
+    assert any("overlap" in v for v in validate(bad, p).violations)
+
+
+def test_a_wrong_claimed_objective_or_a_bound_above_it_is_caught():
+    p = _problem()
+    plan = _good_plan(p)
+    assert any("claims objective" in v for v in validate(replace(plan, objective=8.0), p).violations)
+    assert any("bound" in v for v in validate(replace(plan, bound=10.0), p).violations)
+
+
+def test_memory_overflow_is_caught():
+    g = graph({"a": ({"x": 1, "y": 1}, 0), "b": ({"x": 1, "y": 1}, 0)}, [("a", "b")],
+              a={"memory_bytes": 6.0}, b={"memory_bytes": 6.0})
+    plat = two_device_platform()
+    plat = replace(plat, devices=tuple(replace(d, memory_bytes=10.0) for d in plat.devices))
+    p = Problem(g, plat, Objective())
+    plan = diviml.Plan("latency", (Assignment("a", "P1", 0.0), Assignment("b", "P1", 1.0)), 2.0, 0.0,
+                       "feasible", "hand")
+    assert any("more than its" in v for v in validate(plan, p).violations)
+
+
+def test_a_split_colocation_group_is_caught():
+    g = graph({"a": ({"x": 1, "y": 1}, 0), "b": ({"x": 1, "y": 1}, 0)}, [("a", "b")],
+              a={"colocation": "g"}, b={"colocation": "g"})
+    p = Problem(g, two_device_platform(), Objective("pipeline"))
+    plan = diviml.Plan("pipeline", (Assignment("a", "P1"), Assignment("b", "P2")), 2.0, 0.0, "feasible", "hand")
+    assert any("co-location group 'g'" in v for v in validate(plan, p).violations)
+
+
+def test_a_non_contiguous_split_is_caught_when_contiguity_is_asked():
+    g = graph({"a": ({"x": 1, "y": 1}, 0), "b": ({"x": 1, "y": 1}, 0), "c": ({"x": 1, "y": 1}, 0)},
+              [("a", "b"), ("b", "c")])
+    p = Problem(g, two_device_platform(), Objective("pipeline", contiguous=True))
+    placement = {"a": "P1", "b": "P2", "c": "P1"}
+    plan = diviml.Plan("pipeline", tuple(Assignment(t, d) for t, d in placement.items()),
+                       diviml.pipeline_loads(p, placement).objective, 0.0, "feasible", "hand")
+    assert any("non-contiguous" in v for v in validate(plan, p).violations)
+    with pytest.raises(ValidationError, match="non-contiguous"):
+        check(plan, p)
+
+
+def test_a_task_on_a_forbidden_device_type_is_caught():
+    g = graph({"a": ({"x": 1}, 0)}, [])
+    p = Problem(g, two_device_platform(), Objective())
+    plan = diviml.Plan("latency", (Assignment("a", "P2", 0.0),), 1.0, 0.0, "feasible", "hand")
+    assert any("may not run on 'P2'" in v for v in validate(plan, p).violations)
