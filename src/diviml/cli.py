@@ -66,11 +66,15 @@ def cmd_schedule(args) -> dict:
     problem = _problem(args)
     if args.split_out and not any(d.type == neurips2020.ACCELERATOR for d in problem.platform.devices):
         raise InputError("--split-out needs a NeurIPS 2020 scenario (accelerators and CPUs)")
-    if not args.json:
+    if not args.quiet:
         _progress(f"solving {problem.graph.name} ({len(problem.graph)} tasks) on {problem.platform.name} "
                   f"({len(problem.platform.devices)} devices), objective {problem.objective.kind}, "
                   f"solver {args.solver}, time limit {args.time_limit:g} s")
-    plan = solvers.solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed)
+    options = {k: v for k, v in (("engine", args.engine), ("symmetry", args.symmetry), ("workers", args.workers))
+               if v is not None}
+    if not args.quiet:
+        options["progress"] = _progress
+    plan = solvers.solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed, **options)
     if args.out:
         plan.save(args.out)
     for path in (args.gantt or []):
@@ -165,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--solver", default="heft", help="see 'diviml solvers' (default heft)")
     s.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--engine", choices=("auto", "highs", "gurobi"), help="MILP engine (solver milp, ip)")
+    s.add_argument("--symmetry", choices=("tasks", "busy", "none"),
+                   help="symmetry breaking for identical devices (exact solvers; default tasks)")
+    s.add_argument("--workers", type=int, help="CP-SAT worker threads (default: the CPU count)")
+    s.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     s.add_argument("--out", help="write the plan as JSON")
     s.add_argument("--gantt", action="append", help="draw the plan (.png, .svg or .html); repeatable")
     s.add_argument("--split-out", help="write the plan in the NeurIPS 2020 split format")

@@ -66,6 +66,16 @@ def _ready_time(problem: Problem, task: str, device: str, lo: int, hi: int, part
     return ready
 
 
+def _inputs(graph, parts: Parts, task: str, lo: int, hi: int) -> list[tuple[str, int]]:
+    """(producer, part index) pairs whose rows overlap rows [lo, hi) of ``task``."""
+    out = []
+    for u in graph.predecessors[task]:
+        for k, ((_, b), off) in enumerate(zip(parts[u], _offsets(parts[u]))):
+            if min(hi, off + b) > max(lo, off):
+                out.append((u, k))
+    return out
+
+
 def bottom_levels(problem: Problem, device_of: Mapping[str, str]) -> dict[str, float]:
     """Longest path from each task to a sink, with the given devices' times and transfers."""
     graph, platform = problem.graph, problem.platform
@@ -106,12 +116,12 @@ def schedule(problem: Problem, parts: Parts, order: Mapping[str, Sequence[tuple[
         for dev, seq in order.items():
             while heads[dev] < len(seq):
                 task, k = seq[heads[dev]]
-                if any((u, j) not in finish for u in graph.predecessors[task] for j in range(len(parts[u]))):
-                    break
                 device, b = parts[task][k]
+                off = _offsets(parts[task])[k]
+                if any(key not in finish for key in _inputs(graph, parts, task, off, off + b)):
+                    break
                 if device != dev:
                     raise ValidationError(f"part {k} of task {task!r} is placed on {device!r} but ordered on {dev!r}")
-                off = _offsets(parts[task])[k]
                 start = max(free[dev], _ready_time(problem, task, dev, off, off + b, parts, finish))
                 end = start + problem.time(task, dev, b)
                 finish[(task, k)] = end

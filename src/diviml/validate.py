@@ -60,8 +60,6 @@ def validate(plan: Plan, problem: Problem) -> Report:
             v.append(f"task {t.id!r} is split into {len(p)} parts, allowed only for the batch objective")
         if sum(b for _, b in p) != problem.batch_size:
             v.append(f"task {t.id!r} covers {sum(b for _, b in p)} samples, not {problem.batch_size}")
-        if len({d for d, _ in p}) != len(p):
-            v.append(f"task {t.id!r} has two parts on one device")
     if v:
         return Report(tuple(v), None)
 

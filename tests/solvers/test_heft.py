@@ -5,8 +5,14 @@ import diviml
 from diviml import Objective, Problem
 from diviml.generators import layered_dag
 from diviml.solvers.heft import heft_schedule, upward_ranks
+from diviml.solvers.jobs import JobGraph
 
 from conftest import graph, two_device_platform
+
+
+def _heft(p):
+    placement, start, makespan = heft_schedule(JobGraph.whole(p))
+    return {t: d for (t, _), d in placement.items()}, {t: s for (t, _), s in start.items()}, makespan
 
 
 def test_heft_matches_the_textbook_on_a_hand_checked_diamond():
@@ -15,8 +21,8 @@ def test_heft_matches_the_textbook_on_a_hand_checked_diamond():
                "d": ({"x": 2, "y": 3}, 0)}, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
     p = Problem(g, two_device_platform(), Objective())
     # rank_u: d 2.5; b 2.5 + 2 + 2.5 = 7; c 4 + 1 + 2.5 = 7.5; a 2.5 + 1 + 7.5 = 11 -> order a, c, b, d
-    assert upward_ranks(p) == {"a": 11, "b": 7, "c": 7.5, "d": 2.5}
-    placement, start, makespan = heft_schedule(p)
+    assert upward_ranks(JobGraph.whole(p)) == {("a", 0): 11, ("b", 0): 7, ("c", 0): 7.5, ("d", 0): 2.5}
+    placement, start, makespan = _heft(p)
     # a: P1 [0,2]; c: P1 [2,6] (P2 would end at 7); b: P2 [3,5]; d: P1 waits for b (5 + 2) -> [7,9]
     assert placement == {"a": "P1", "c": "P1", "b": "P2", "d": "P1"}
     assert start == {"a": 0, "c": 2, "b": 3, "d": 7}
@@ -28,7 +34,7 @@ def test_heft_inserts_a_task_into_an_idle_gap():
     g = graph({"a": ({"x": 1}, 3), "b": ({"y": 1}, 3), "c": ({"x": 1}, 0), "d": ({"x": 0.5}, 0)},
               [("a", "b"), ("b", "c"), ("a", "d")])
     p = Problem(g, two_device_platform(), Objective())
-    placement, start, makespan = heft_schedule(p)
+    placement, start, makespan = _heft(p)
     assert start == {"a": 0, "b": 4, "c": 8, "d": 1}
     assert makespan == 9
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -24,6 +25,10 @@ REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
                "the whole graph on the single device that runs it fastest (baseline)"),
     SolverInfo("heft", "heft", ("latency", "batch"),
                "HEFT: upward rank, insertion-based earliest finish time, memory-aware (baseline)"),
+    SolverInfo("exact", "exact", ("latency", "batch"),
+               "CP-SAT: optimal device, order and batch split with a proven bound (default exact engine)"),
+    SolverInfo("milp", "milp", ("latency", "batch"),
+               "the paper's MILP (HiGHS, or Gurobi when licensed): device, order and batch split with a bound"),
     SolverInfo("greedy", "greedy", ("latency", "batch", "pipeline"),
                "memory-aware topological fill of devices, fastest first, towards balanced load (baseline)"),
 )}
@@ -48,6 +53,16 @@ def check_request(objective_kind: str, solver: str, time_limit: float) -> None:
 
 
 def solve(problem, solver: str = "heft", *, time_limit: float = 60.0, seed: int = 0, **options):
-    """Solve ``problem`` with the named solver, after checking it handles the objective."""
+    """Solve ``problem`` with the named solver, after checking it handles the objective and the options.
+
+    ``progress`` (a callable taking one line) is passed to solvers that report progress, dropped for others.
+    """
     check_request(problem.objective.kind, solver, time_limit)
-    return get(solver).solve(problem, time_limit=time_limit, seed=seed, **options)
+    module = get(solver)
+    accepted = inspect.signature(module.solve).parameters
+    if "progress" not in accepted:
+        options.pop("progress", None)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise InputError(f"solver {solver!r} takes no option {', '.join('--' + u for u in unknown)}")
+    return module.solve(problem, time_limit=time_limit, seed=seed, **options)

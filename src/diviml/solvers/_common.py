@@ -53,8 +53,6 @@ def make_plan(problem: Problem, parts: Parts | None = None, *, placement: Mappin
         parts = parts_from_placement(problem, placement)
     value, assignments = evaluate(problem, parts, order)
     best_bound = lower_bound(problem) if bound is None else max(bound, lower_bound(problem))
-    if status == "optimal":
-        best_bound = max(best_bound, value)
     plan = Plan(problem.objective.kind, assignments, value, min(best_bound, value), status, solver,
                 watch.elapsed, problem.graph.time_unit, problem.batch_size, tuple(notes), dict(stats or {}))
     check(plan, problem)

@@ -1,8 +1,9 @@
 """Baseline: HEFT (Topcuoglu, Hariri and Wu, 2002), memory-aware and co-location-aware.
 
-Tasks in decreasing upward rank (mean time over allowed devices plus mean transfer over distinct device
+Jobs in decreasing upward rank (mean time over allowed devices plus mean transfer over distinct device
 pairs), each to the device of earliest finish time, inserted into the earliest idle gap that fits.
-For the ``batch`` objective every task runs the whole batch on one device (no data parallelism).
+For the ``batch`` objective every task runs the whole batch on one device (no data parallelism); the
+exact solver also runs HEFT on a batch split into sub-batches (see :mod:`.jobs`) for its hint.
 """
 
 from __future__ import annotations
@@ -14,67 +15,66 @@ from statistics import fmean
 from ..errors import InfeasibleError
 from ..problem import Problem
 from ._common import Stopwatch, make_plan
+from .jobs import JobGraph, JobKey
 
 NAME = "heft"
 
 
-def upward_ranks(problem: Problem) -> dict[str, float]:
-    graph, platform = problem.graph, problem.platform
-    n = problem.batch_size
-    scale = n / graph.batch_size
-    pairs = list(permutations(platform.devices, 2))
-    rank: dict[str, float] = {}
-    for t in reversed(graph.topological_order):
-        task = graph.by_id[t]
-        mean_time = fmean(problem.time(t, d, n) for d in problem.allowed_devices[t])
-        mean_comm = fmean(platform.transfer_time(task, a.name, c.name, scale) for a, c in pairs) if pairs else 0.0
-        rank[t] = mean_time + max((mean_comm + rank[s] for s in graph.successors[t]), default=0.0)
+def upward_ranks(jobs: JobGraph) -> dict[JobKey, float]:
+    devices = jobs.problem.platform.devices
+    pairs = list(permutations([d.name for d in devices], 2))
+    rank: dict[JobKey, float] = {}
+    for j in reversed(jobs.jobs):
+        mean_time = fmean(jobs.duration(j, d) for d in jobs.devices(j))
+        mean_comm = fmean(jobs.transfer(j, a, c) for a, c in pairs) if pairs else 0.0
+        rank[j] = mean_time + max((mean_comm + rank[s] for s in jobs.succs(j)), default=0.0)
     return rank
 
 
-def heft_schedule(problem: Problem, rank: dict[str, float] | None = None
-                  ) -> tuple[dict[str, str], dict[str, float], float]:
-    """(placement, start times, makespan) of HEFT."""
+def heft_schedule(jobs: JobGraph) -> tuple[dict[JobKey, str], dict[JobKey, float], float]:
+    """(device, start time, makespan) of HEFT over the jobs."""
+    problem = jobs.problem
     graph, platform = problem.graph, problem.platform
-    n = problem.batch_size
-    scale = n / graph.batch_size
-    rank = upward_ranks(problem) if rank is None else rank
-    topo = {t: i for i, t in enumerate(graph.topological_order)}
+    rank = upward_ranks(jobs)
+    position = {j: i for i, j in enumerate(jobs.jobs)}
     busy: dict[str, list[tuple[float, float]]] = {d.name: [] for d in platform.devices}  # sorted (start, end)
     memory_left = {d.name: d.memory_bytes for d in platform.devices}
-    group_device: dict[str, str] = {}
-    group_memory = {g: sum(graph.by_id[m].memory_bytes for m in ms) for g, ms in problem.colocation_groups.items()}
-    placement: dict[str, str] = {}
-    start: dict[str, float] = {}
-    finish: dict[str, float] = {}
-    for t in sorted(graph.tasks, key=lambda x: (-rank[x.id], topo[x.id])):
-        group = t.colocation if t.colocation in problem.colocation_groups else None
-        if group in group_device:
-            options = [group_device[group]]
+    resident: set[tuple[str, str]] = set()  # (task or group, device) whose memory is already counted
+    group_device: dict[tuple[str, int], str] = {}
+    groups = problem.colocation_groups
+    placement: dict[JobKey, str] = {}
+    start: dict[JobKey, float] = {}
+    finish: dict[JobKey, float] = {}
+    for j in sorted(jobs.jobs, key=lambda j: (-rank[j], position[j])):
+        task = graph.by_id[j[0]]
+        group = task.colocation if task.colocation in groups else None
+        members = groups[group] if group else (task.id,)
+        owner = f"group:{group}" if group else task.id
+        need = sum(graph.by_id[m].memory_bytes for m in members)
+        if group and (group, j[1]) in group_device:
+            options = [group_device[(group, j[1])]]
         else:
-            need = group_memory[group] if group else t.memory_bytes
-            options = [d for d in problem.allowed_devices[t.id] if memory_left[d] >= need
-                       and (group is None or all(d in problem.allowed_devices[m] for m in problem.colocation_groups[group]))]
+            options = [d for d in jobs.devices(j)
+                       if ((owner, d) in resident or memory_left[d] >= need)
+                       and all(d in problem.allowed_devices[m] for m in members)]
         if not options:
-            raise InfeasibleError(f"heft could not place task {t.id!r} within the devices' memory: try the "
+            raise InfeasibleError(f"heft could not place task {task.id!r} within the devices' memory: try the "
                                   "'greedy' solver or raise the memory limit")
         best = None
         for d in options:
-            ready = max((finish[u] + platform.transfer_time(graph.by_id[u], placement[u], d, scale)
-                         for u in graph.predecessors[t.id]), default=0.0)
-            duration = problem.time(t.id, d, n)
+            ready = max((finish[u] + jobs.transfer(u, placement[u], d) for u in jobs.preds(j)), default=0.0)
+            duration = jobs.duration(j, d)
             est = _earliest_gap(busy[d], ready, duration)
-            eft = est + duration
-            if best is None or eft < best[0] - 1e-12:
-                best = (eft, est, d)
+            if best is None or est + duration < best[0] - 1e-12:
+                best = (est + duration, est, d)
         eft, est, d = best
-        placement[t.id], start[t.id], finish[t.id] = d, est, eft
+        placement[j], start[j], finish[j] = d, est, eft
         bisect.insort(busy[d], (est, eft))
-        if group is None:
-            memory_left[d] -= t.memory_bytes
-        elif group not in group_device:
-            group_device[group] = d
-            memory_left[d] -= group_memory[group]
+        if group:
+            group_device[(group, j[1])] = d
+        if (owner, d) not in resident:
+            resident.add((owner, d))
+            memory_left[d] -= need
     return placement, start, max(finish.values(), default=0.0)
 
 
@@ -89,13 +89,15 @@ def _earliest_gap(slots: list[tuple[float, float]], ready: float, duration: floa
     return max(prev_end, ready)
 
 
-def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
+def plan_from_jobs(jobs: JobGraph, device_of, start, *, solver: str, status: str, watch: Stopwatch, **kw):
+    """A validated Plan from job devices and start times (the simulator recomputes the times)."""
+    return make_plan(jobs.problem, jobs.parts(device_of), order=jobs.order(device_of, start), solver=solver,
+                     status=status, watch=watch, **kw)
+
+
+def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, progress=None):
     watch = Stopwatch(time_limit)
-    placement, start, makespan = heft_schedule(problem)
-    topo = {t: i for i, t in enumerate(problem.graph.topological_order)}
-    order: dict[str, list[tuple[str, int]]] = {d.name: [] for d in problem.platform.devices}
-    for t in sorted(start, key=lambda t: (start[t], topo[t])):
-        order[placement[t]].append((t, 0))
-    plan = make_plan(problem, placement=placement, order=order, solver=NAME, status="feasible", watch=watch,
-                     stats={"heft_makespan": makespan})
-    return plan
+    jobs = JobGraph.whole(problem)
+    placement, start, makespan = heft_schedule(jobs)
+    return plan_from_jobs(jobs, placement, start, solver=NAME, status="feasible", watch=watch,
+                          stats={"heft_makespan": makespan})

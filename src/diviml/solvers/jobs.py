@@ -1,0 +1,68 @@
+"""Job graphs: the latency and batch objectives as one scheduling problem over jobs.
+
+A job is one sub-batch ``l`` of one task. Every task is split the same way, into sub-batches of sizes
+``sizes[l]`` (consecutive sample ranges), so sub-batch ``l`` of a task needs only sub-batch ``l`` of its
+producers: the batch becomes ``len(sizes)`` copies of the graph that share the devices. The latency
+objective is the one-copy case. This is the decision space of the HEFT and exact solvers; the simulator
+evaluates their answers under the general model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..problem import Problem
+
+JobKey = tuple[str, int]  # (task id, sub-batch index)
+
+
+@dataclass(frozen=True)
+class JobGraph:
+    problem: Problem
+    sizes: tuple[int, ...]
+
+    @staticmethod
+    def whole(problem: Problem) -> "JobGraph":
+        return JobGraph(problem, (problem.batch_size,))
+
+    @cached_property
+    def jobs(self) -> tuple[JobKey, ...]:
+        """In topological order of tasks, sub-batches inner."""
+        return tuple((t, l) for t in self.problem.graph.topological_order for l in range(len(self.sizes)))
+
+    def preds(self, job: JobKey) -> tuple[JobKey, ...]:
+        t, l = job
+        return tuple((u, l) for u in self.problem.graph.predecessors[t])
+
+    def succs(self, job: JobKey) -> tuple[JobKey, ...]:
+        t, l = job
+        return tuple((v, l) for v in self.problem.graph.successors[t])
+
+    def devices(self, job: JobKey) -> tuple[str, ...]:
+        return self.problem.allowed_devices[job[0]]
+
+    def duration(self, job: JobKey, device: str) -> float:
+        return self.problem.time(job[0], device, self.sizes[job[1]])
+
+    def transfer(self, job: JobKey, src: str, dst: str) -> float:
+        graph = self.problem.graph
+        return self.problem.platform.transfer_time(graph.by_id[job[0]], src, dst, self.sizes[job[1]] / graph.batch_size)
+
+    def parts(self, device_of: dict[JobKey, str]) -> dict[str, list[tuple[str, int]]]:
+        """The simulator's parts (task -> [(device, samples)] in sample order)."""
+        return {t: [(device_of[(t, l)], b) for l, b in enumerate(self.sizes)] for t in self.problem.graph.topological_order}
+
+    def order(self, device_of: dict[JobKey, str], start: dict[JobKey, float]) -> dict[str, list[tuple[str, int]]]:
+        """Device -> [(task, part index)] by start time (ties: topological position)."""
+        position = {j: i for i, j in enumerate(self.jobs)}
+        order: dict[str, list[tuple[str, int]]] = {d.name: [] for d in self.problem.platform.devices}
+        for j in sorted(self.jobs, key=lambda j: (start[j], position[j])):
+            order[device_of[j]].append(j)
+        return order
+
+
+def near_equal_split(n: int, parts: int) -> tuple[int, ...]:
+    """``n`` samples in ``parts`` sub-batches whose sizes differ by at most one (largest first)."""
+    q, r = divmod(n, parts)
+    return tuple(q + 1 if i < r else q for i in range(parts))

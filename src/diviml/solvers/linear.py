@@ -1,0 +1,182 @@
+"""A small solver-neutral mixed-integer linear model, solved by HiGHS (default) or Gurobi.
+
+Formulations (the paper's MILP, the NeurIPS 2020 IP) build a :class:`LinearModel`; :func:`solve_linear`
+hands it to an engine with a time limit, a seed and an optional warm start, and returns status,
+values, objective and the engine's bound. ``engine="auto"`` takes Gurobi when ``gurobipy`` imports and its
+licence accepts the model, else HiGHS. Hitting the free Gurobi licence's size limit is said in one line
+(:attr:`LinearResult.note`) and HiGHS solves instead.
+
+HiGHS is used through ``highspy`` 1.12 (pinned: highspy 1.15 fails to import beside ortools 9.15).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import InputError
+
+ENGINES = ("auto", "highs", "gurobi")
+
+
+@dataclass
+class LinearModel:
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    cost: list[float] = field(default_factory=list)
+    integer: list[bool] = field(default_factory=list)
+    rows: list[tuple[list[int], list[float], float, float]] = field(default_factory=list)
+
+    def var(self, lower: float = 0.0, upper: float = math.inf, cost: float = 0.0, integer: bool = False) -> int:
+        self.lower.append(lower)
+        self.upper.append(upper)
+        self.cost.append(cost)
+        self.integer.append(integer)
+        return len(self.lower) - 1
+
+    def binary(self, cost: float = 0.0) -> int:
+        return self.var(0.0, 1.0, cost, True)
+
+    def row(self, terms: Sequence[tuple[int, float]], lower: float = -math.inf, upper: float = math.inf) -> None:
+        merged: dict[int, float] = {}
+        for i, c in terms:
+            merged[i] = merged.get(i, 0.0) + c
+        idx = [i for i, c in merged.items() if c != 0.0]
+        self.rows.append((idx, [merged[i] for i in idx], lower, upper))
+
+    @property
+    def num_vars(self) -> int:
+        return len(self.lower)
+
+
+@dataclass(frozen=True)
+class LinearResult:
+    status: str  # optimal | timeout | infeasible | unknown
+    values: list[float] | None
+    objective: float | None
+    bound: float
+    engine: str
+    note: str = ""
+
+
+def solve_linear(model: LinearModel, *, time_limit: float, seed: int = 0, hint: Sequence[float] | None = None,
+                 engine: str = "auto", threads: int | None = None, rel_gap: float = 1e-7) -> LinearResult:
+    if engine not in ENGINES:
+        raise InputError(f"unknown MILP engine {engine!r}: choose {', '.join(ENGINES)}")
+    note = ""
+    if engine in ("auto", "gurobi"):
+        result = _gurobi(model, time_limit, seed, hint, threads, rel_gap)
+        if isinstance(result, LinearResult):
+            return result
+        note = result
+        if engine == "gurobi" and note.startswith("gurobipy is not installed"):
+            raise InputError(note)
+    out = _highs(model, time_limit, seed, hint, threads, rel_gap)
+    return LinearResult(out.status, out.values, out.objective, out.bound, out.engine,
+                        note if engine == "gurobi" or "size" in note else "")
+
+
+def _highs(model: LinearModel, time_limit, seed, hint, threads, rel_gap) -> LinearResult:
+    import highspy
+    import numpy as np
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
+    h.setOptionValue("random_seed", int(seed))
+    h.setOptionValue("mip_rel_gap", rel_gap)
+    if threads:
+        h.setOptionValue("threads", int(threads))
+    inf = highspy.kHighsInf
+    lp = highspy.HighsLp()
+    n = model.num_vars
+    lp.num_col_ = n
+    lp.num_row_ = len(model.rows)
+    lp.col_cost_ = np.array(model.cost, dtype=float)
+    lp.col_lower_ = np.array([max(v, -inf) for v in model.lower], dtype=float)
+    lp.col_upper_ = np.array([min(v, inf) for v in model.upper], dtype=float)
+    lp.row_lower_ = np.array([max(r[2], -inf) for r in model.rows], dtype=float)
+    lp.row_upper_ = np.array([min(r[3], inf) for r in model.rows], dtype=float)
+    starts, index, value = [0], [], []
+    for idx, coef, _, _ in model.rows:
+        index.extend(idx)
+        value.extend(coef)
+        starts.append(len(index))
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_ = n
+    lp.a_matrix_.num_row_ = len(model.rows)
+    lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.array(value, dtype=float)
+    lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
+                       for i in model.integer]
+    h.passModel(lp)
+    if hint is not None:
+        sol = highspy.HighsSolution()
+        sol.col_value = list(map(float, hint))
+        sol.value_valid = True
+        h.setSolution(sol)
+    h.run()
+    status = h.getModelStatus()
+    info = h.getInfo()
+    has_solution = info.primal_solution_status == 2
+    values = list(h.getSolution().col_value) if has_solution else None
+    objective = info.objective_function_value if has_solution else None
+    is_mip = any(model.integer)
+    if status == highspy.HighsModelStatus.kOptimal:
+        bound = info.mip_dual_bound if is_mip else objective
+        return LinearResult("optimal", values, objective, bound, "highs")
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return LinearResult("infeasible", None, None, math.inf, "highs")
+    bound = info.mip_dual_bound if is_mip and math.isfinite(info.mip_dual_bound) else -math.inf
+    return LinearResult("timeout" if has_solution else "unknown", values, objective, bound, "highs")
+
+
+def _gurobi(model: LinearModel, time_limit, seed, hint, threads, rel_gap) -> LinearResult | str:
+    """A result, or a one-line reason why Gurobi could not solve (then HiGHS does)."""
+    try:
+        import gurobipy as gp
+    except ImportError:
+        return "gurobipy is not installed: pip install gurobipy (and a licence), or use engine highs"
+    try:
+        env = gp.Env(empty=True)
+        env.setParam("OutputFlag", 0)
+        env.start()
+        m = gp.Model(env=env)
+        m.Params.TimeLimit = max(time_limit, 0.01)
+        m.Params.Seed = seed % 2_000_000_000
+        m.Params.MIPGap = rel_gap
+        if threads:
+            m.Params.Threads = threads
+        vtype = [gp.GRB.INTEGER if i else gp.GRB.CONTINUOUS for i in model.integer]
+        xs = m.addVars(model.num_vars, lb=[v if math.isfinite(v) else -gp.GRB.INFINITY for v in model.lower],
+                       ub=[v if math.isfinite(v) else gp.GRB.INFINITY for v in model.upper], vtype=vtype)
+        m.setObjective(gp.quicksum(c * xs[i] for i, c in enumerate(model.cost) if c))
+        for idx, coef, lo, hi in model.rows:
+            expr = gp.LinExpr(coef, [xs[i] for i in idx])
+            if lo == hi:
+                m.addLConstr(expr, gp.GRB.EQUAL, lo)
+            else:
+                if math.isfinite(lo):
+                    m.addLConstr(expr, gp.GRB.GREATER_EQUAL, lo)
+                if math.isfinite(hi):
+                    m.addLConstr(expr, gp.GRB.LESS_EQUAL, hi)
+        if hint is not None:
+            for i, v in enumerate(hint):
+                xs[i].Start = v
+        m.optimize()
+    except gp.GurobiError as exc:
+        if getattr(exc, "errno", None) == 10010:
+            return (f"Gurobi's licence is size-limited and this model has {model.num_vars} variables and "
+                    f"{len(model.rows)} rows: solved with HiGHS instead")
+        return f"Gurobi failed ({exc}): solved with HiGHS instead"
+    has = m.SolCount > 0
+    values = [xs[i].X for i in range(model.num_vars)] if has else None
+    objective = m.ObjVal if has else None
+    if m.Status == gp.GRB.OPTIMAL:
+        return LinearResult("optimal", values, objective, m.ObjBound if any(model.integer) else objective, "gurobi")
+    if m.Status in (gp.GRB.INFEASIBLE, gp.GRB.INF_OR_UNBD):
+        return LinearResult("infeasible", None, None, math.inf, "gurobi")
+    bound = m.ObjBound if any(model.integer) else -math.inf
+    return LinearResult("timeout" if has else "unknown", values, objective, bound, "gurobi")

@@ -1,0 +1,149 @@
+"""The paper's MILP for latency and batch scheduling, solver-agnostic (HiGHS by default, Gurobi if licensed).
+
+Over a job graph (see :mod:`.jobs`): binaries ``x[j,d]`` (job j on device d), start times ``s[j]``, ends
+``e[j] = s[j] + sum_d p[j,d] x[j,d]``; precedence with communication ``s[v] >= e[u] + c[u,a,b] (x[u,a] +
+x[v,b] - 1)`` for every device pair a != b; disjunctive order binaries only for job pairs the DAG leaves
+unordered and that share a device, with big-M = the best heuristic makespan (tight); memory; co-location;
+symmetry breaking for identical devices; makespan ``C >= e[j]`` for sinks and ``C <= UB``. Warm-started
+from HEFT. Start times from the engine are not trusted: the plan is re-timed by the simulator from the
+assignment and the order of the starts.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from ..plan import Plan
+from ..problem import Problem
+from .jobs import JobGraph
+from .linear import LinearModel, solve_linear
+from .search import Outcome, exact_search, heft_hint
+from .symmetry import groups
+
+NAME = "milp"
+
+
+def build(jobs: JobGraph, upper: float, symmetry: str = "tasks"):
+    """(model, variable maps) of the MILP; ``upper`` is a known makespan (big-M and C's upper bound)."""
+    problem = jobs.problem
+    m = LinearModel()
+    big = upper * (1 + 1e-9) + 1e-12
+    x = {(j, d): m.binary() for j in jobs.jobs for d in jobs.devices(j)}
+    s = {j: m.var(0.0, big) for j in jobs.jobs}
+    c = m.var(0.0, big, cost=1.0)
+
+    def end(j):  # terms of e[j]
+        return [(s[j], 1.0)] + [(x[j, d], jobs.duration(j, d)) for d in jobs.devices(j)]
+
+    for j in jobs.jobs:
+        m.row([(x[j, d], 1.0) for d in jobs.devices(j)], 1.0, 1.0)
+        if not jobs.succs(j):
+            m.row([(c, 1.0)] + [(i, -w) for i, w in end(j)], 0.0)
+        m.row([(i, w) for i, w in end(j)], upper=big)
+    for v in jobs.jobs:
+        for u in jobs.preds(v):
+            m.row([(s[v], 1.0)] + [(i, -w) for i, w in end(u)], 0.0)
+            for a in jobs.devices(u):
+                for b in jobs.devices(v):
+                    comm = jobs.transfer(u, a, b) if a != b else 0.0
+                    if comm > 0:  # s[v] - e[u] - comm x[u,a] - comm x[v,b] >= -comm
+                        m.row([(s[v], 1.0)] + [(i, -w) for i, w in end(u)] + [(x[u, a], -comm), (x[v, b], -comm)],
+                              -comm)
+    order = {}
+    dag = nx.DiGraph()
+    dag.add_nodes_from(jobs.jobs)
+    dag.add_edges_from((u, v) for v in jobs.jobs for u in jobs.preds(v))
+    closure = {j: nx.descendants(dag, j) for j in jobs.jobs}
+    for a_i, i in enumerate(jobs.jobs):
+        for j in jobs.jobs[a_i + 1:]:
+            if j in closure[i] or i in closure[j]:
+                continue
+            common = set(jobs.devices(i)) & set(jobs.devices(j))
+            if not common:
+                continue
+            o = m.binary()
+            order[i, j] = o
+            for d in common:
+                # o = 1: i before j on d -> s[j] >= e[i] - M(1 - o) - M(2 - x_i - x_j)
+                m.row([(s[j], 1.0)] + [(k, -w) for k, w in end(i)] + [(o, -big), (x[i, d], -big), (x[j, d], -big)],
+                      -3 * big)
+                # o = 0: j before i -> s[i] >= e[j] - M o - M(2 - x_i - x_j)
+                m.row([(s[i], 1.0)] + [(k, -w) for k, w in end(j)] + [(o, big), (x[i, d], -big), (x[j, d], -big)],
+                      -2 * big)
+    graph = problem.graph
+    total = sum(t.memory_bytes for t in graph.tasks)
+    for dev in problem.platform.devices:
+        if dev.memory_bytes >= total:
+            continue
+        terms = []
+        for t in graph.tasks:
+            if t.memory_bytes > 0 and dev.name in problem.allowed_devices[t.id]:
+                z = m.binary()
+                for l in range(len(jobs.sizes)):
+                    m.row([(z, 1.0), (x[(t.id, l), dev.name], -1.0)], 0.0)
+                terms.append((z, t.memory_bytes))
+        m.row(terms, upper=dev.memory_bytes)
+    for members in problem.colocation_groups.values():
+        for other in members[1:]:
+            for l in range(len(jobs.sizes)):
+                for d in set(problem.allowed_devices[members[0]]) | set(problem.allowed_devices[other]):
+                    terms = [(x[k], sgn) for k, sgn in ((((members[0], l), d), 1.0), (((other, l), d), -1.0)) if k in x]
+                    m.row(terms, 0.0, 0.0)
+    if symmetry != "none":
+        for g in groups(problem):
+            for d1, d2 in zip(g, g[1:]):
+                def w(j, d):
+                    return 1.0 if symmetry == "tasks" else jobs.duration(j, d)
+                m.row([(x[j, d1], w(j, d1)) for j in jobs.jobs if (j, d1) in x]
+                      + [(x[j, d2], -w(j, d2)) for j in jobs.jobs if (j, d2) in x], 0.0)
+    return m, {"x": x, "s": s, "c": c, "order": order}
+
+
+def hint_vector(m: LinearModel, maps, jobs: JobGraph, symmetry: str) -> list[float] | None:
+    """HEFT's schedule as values of every variable (memory indicators completed from the assignment)."""
+    hint = heft_hint(jobs, symmetry)
+    if hint is None:
+        return None
+    dev, start = hint
+    makespan = max(start[j] + jobs.duration(j, dev[j]) for j in jobs.jobs)
+    values = [0.0] * m.num_vars
+    for (j, d), i in maps["x"].items():
+        values[i] = 1.0 if dev[j] == d else 0.0
+    for j, i in maps["s"].items():
+        values[i] = start[j]
+    values[maps["c"]] = makespan
+    for (a, b), i in maps["order"].items():
+        values[i] = 1.0 if start[a] <= start[b] else 0.0
+    # memory indicators z: rows z - x >= 0 are the only rows where z appears with one x
+    for idx, coef, lo, hi in m.rows:
+        if len(idx) == 2 and coef == [1.0, -1.0] and lo == 0.0 and values[idx[1]] == 1.0:
+            values[idx[0]] = 1.0
+    return values
+
+
+def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0, engine: str = "auto",
+               symmetry: str = "tasks", threads: int | None = None) -> Outcome:
+    m, maps = build(jobs, upper, symmetry)
+    result = solve_linear(m, time_limit=time_limit, seed=seed, hint=hint_vector(m, maps, jobs, symmetry),
+                          engine=engine, threads=threads)
+    stats = {"milp_variables": float(m.num_vars), "milp_rows": float(len(m.rows))}
+    if result.status == "infeasible":
+        return Outcome(None, None, "infeasible", float("inf"), None, stats)
+    bound = max(result.bound, 0.0)
+    if result.values is None:
+        return Outcome(None, None, "unknown", bound, None, stats)
+    v = result.values
+    device_of = {j: max(jobs.devices(j), key=lambda d: v[maps["x"][j, d]]) for j in jobs.jobs}
+    start = {j: v[i] for j, i in maps["s"].items()}
+    return Outcome(device_of, start, result.status, bound, result.objective,
+                   {**stats, "milp_engine": result.engine, **({"note": result.note} if result.note else {})})
+
+
+def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: str = "auto",
+          symmetry: str = "tasks", threads: int | None = None, progress=None) -> Plan:
+    def run(jobs: JobGraph, upper: float, budget: float) -> Outcome:
+        if progress:
+            progress(f"  milp: {len(jobs.jobs)} jobs, engine {engine}, {budget:.1f} s")
+        return solve_jobs(jobs, upper=upper, time_limit=budget, seed=seed, engine=engine, symmetry=symmetry,
+                          threads=threads)
+    return exact_search(problem, NAME, run, time_limit=time_limit, symmetry=symmetry)

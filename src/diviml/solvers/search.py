@@ -1,0 +1,126 @@
+"""The frame shared by the exact engines (CP-SAT, MILP): baseline first, then the engine, never worse.
+
+For latency the engine solves the one-copy job graph; for the batch objective it solves the batch split
+into L = 1 .. K near-equal sub-batches shared by all tasks (each with its share of the time). The plan
+returned is the best of the engine's and the baseline's (HEFT, best single device), with the best bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from ..bounds import lower_bound
+from ..errors import InfeasibleError, InputError
+from ..plan import Plan
+from ..problem import Problem
+from . import best_device, heft
+from ._common import Stopwatch
+from .jobs import JobGraph, near_equal_split
+from .symmetry import CRITERIA, relabel
+
+
+@dataclass(frozen=True)
+class Outcome:
+    device_of: dict | None
+    start: dict | None
+    status: str  # optimal | timeout | infeasible | unknown
+    bound: float  # a valid lower bound (real time units) of this job graph's optimum
+    objective: float | None = None  # the engine's own objective value (real units)
+    stats: dict | None = None
+
+
+Engine = Callable[[JobGraph, float, float], Outcome]  # (jobs, upper bound on makespan, seconds) -> Outcome
+
+
+def baseline_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
+    """The better of HEFT and the best single device, or None when neither fits the memory."""
+    plans = []
+    try:
+        plans.append(heft.solve(problem, time_limit=max(watch.left, 1e-3)))
+    except InfeasibleError:
+        pass
+    if best_device.candidates(problem):
+        plans.append(best_device.solve(problem, time_limit=max(watch.left, 1e-3)))
+    return min(plans, key=lambda p: p.objective, default=None)
+
+
+def heft_hint(jobs: JobGraph, symmetry: str):
+    """HEFT's (device, start) per job, relabelled to respect the symmetry order; None if HEFT fails."""
+    try:
+        device_of, start, _ = heft.heft_schedule(jobs)
+    except InfeasibleError:
+        return None
+    return relabel(device_of, jobs.problem, symmetry, lambda j, d: jobs.duration(j, d)), start
+
+
+def serial_upper_bound(problem: Problem) -> float:
+    """A makespan every feasible plan can reach: jobs one after another, each paying its worst transfer."""
+    platform = problem.platform
+    n = problem.batch_size
+    total = 0.0
+    for t in problem.graph.tasks:
+        total += max(problem.time(t.id, d, n) for d in problem.allowed_devices[t.id])
+        total += max((platform.transfer_time(t, a.name, b.name, n / problem.graph.batch_size)
+                      for a in platform.devices for b in platform.devices), default=0.0)
+    return total
+
+
+def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: float, symmetry: str) -> Plan:
+    if symmetry not in CRITERIA:
+        raise InputError(f"unknown symmetry criterion {symmetry!r}: choose {', '.join(CRITERIA)}")
+    watch = Stopwatch(time_limit)
+    baseline = baseline_plan(problem, watch)
+    latency = problem.objective.kind == "latency"
+    if latency:
+        splits = [(problem.batch_size,)]
+    else:
+        n, k = problem.batch_size, len(problem.platform.devices)
+        splits = list(dict.fromkeys(near_equal_split(n, parts) for parts in range(1, min(k, n) + 1)))
+    upper = baseline.objective if baseline else serial_upper_bound(problem)
+    best, improved, bound = baseline, False, lower_bound(problem)
+    statuses, notes = [], []
+    stats = {"baseline_objective": baseline.objective, "baseline_solver": baseline.solver} if baseline else {}
+    for i, sizes in enumerate(splits):
+        jobs = JobGraph(problem, sizes)
+        out = engine(jobs, upper, watch.left / (len(splits) - i))
+        statuses.append(out.status)
+        if out.status == "infeasible" and latency:
+            raise InfeasibleError("no plan satisfies the memory and co-location constraints: raise the memory "
+                                  "limit or relax the groups")
+        if latency:
+            bound = max(bound, out.bound)
+        extra = dict(out.stats or {})
+        if "note" in extra:
+            notes.append(extra.pop("note"))
+        stats.update(extra)
+        if out.device_of is None:
+            continue
+        plan = heft.plan_from_jobs(jobs, out.device_of, out.start, solver=name, status=out.status, watch=watch)
+        if latency and out.objective:
+            stats["rounding_gap"] = max(0.0, (plan.objective - out.objective) / plan.objective)
+        if best is None or plan.objective < best.objective:
+            best, improved = plan, True
+            if len(sizes) > 1:
+                notes = [n for n in notes if not n.startswith("batch split")]
+                notes.append(f"batch split into {len(sizes)} sub-batches ({'/'.join(map(str, sizes))} samples)")
+    if latency:
+        status = "optimal" if statuses == ["optimal"] else "timeout"
+    else:
+        status = "timeout" if {"timeout", "unknown"} & set(statuses) else "feasible"
+        notes.append("batch: exact over splits into 1..K near-equal sub-batches shared by all tasks; "
+                     "bound from the general relaxation")
+    if best is None:
+        raise InfeasibleError(f"{name} found no plan within {time_limit:g} s and no baseline fits the memory: "
+                              "raise the time limit or the memory")
+    if not improved:
+        notes.append(f"kept the baseline plan ({baseline.solver}): the engine found nothing better")
+    if problem.objective.kind == "batch":
+        single = [best_device.solve(problem, time_limit=1.0)] if best_device.candidates(problem) else []
+        if single:
+            stats["best_device_objective"] = single[0].objective
+            stats["speedup_vs_best_device"] = single[0].objective / best.objective
+    if best.objective <= bound * (1 + 1e-9):
+        status = "optimal"
+    return replace(best, solver=name, status=status, bound=min(max(bound, best.bound), best.objective),
+                   solve_time_s=watch.elapsed, notes=tuple(notes), stats={**best.stats, **stats})

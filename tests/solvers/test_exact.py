@@ -1,0 +1,126 @@
+"""Exact latency/batch scheduling: CP-SAT (`exact`) and the MILP (`milp`) against brute force and each other."""
+
+import itertools
+import math
+from dataclasses import replace
+
+import pytest
+
+import diviml
+from diviml import InfeasibleError, Objective, Problem
+from diviml.generators import layered_dag
+from diviml.simulate import latency
+from diviml.validate import validate
+
+
+def brute_force_latency(p: Problem) -> float:
+    """Optimal makespan: every placement x every global topological order (device orders follow it)."""
+    g = p.graph
+    devices = {t: p.allowed_devices[t] for t in g.topological_order}
+    orders = [o for o in itertools.permutations(g.topological_order)
+              if all(o.index(a) < o.index(b) for a, b in g.edges)]
+    best = math.inf
+    for combo in itertools.product(*devices.values()):
+        placement = dict(zip(devices, combo))
+        for o in orders:
+            per_device = {d.name: [t for t in o if placement[t] == d.name] for d in p.platform.devices}
+            best = min(best, latency(p, placement, per_device).makespan)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_exact_proves_the_brute_force_optimum_on_small_graphs(seed):
+    p = Problem(layered_dag(5, seed=seed), diviml.preset("paper-server"))
+    opt = brute_force_latency(p)
+    plan = diviml.solve(p, "exact", time_limit=20)
+    assert plan.status == "optimal"
+    assert plan.objective == pytest.approx(opt, rel=1e-5)  # integer time scale: 10^7 ticks
+    assert plan.bound <= opt * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cp_sat_and_the_milp_agree_on_proven_optima(seed):
+    p = Problem(layered_dag(14, seed=seed), diviml.preset("paper-server"))
+    a = diviml.solve(p, "exact", time_limit=30)
+    for engine in ("highs", "gurobi"):
+        b = diviml.solve(p, "milp", time_limit=60, engine=engine)
+        assert a.status == b.status == "optimal", (engine, b.notes)
+        assert a.objective == pytest.approx(b.objective, rel=1e-5)
+        assert b.bound <= a.objective * (1 + 1e-6) and a.bound <= b.objective * (1 + 1e-6)
+
+
+def test_the_exact_plan_is_never_worse_than_the_baselines_and_is_validated():
+    p = Problem(layered_dag(60, seed=4), diviml.preset("paper-server"))
+    plan = diviml.solve(p, "exact", time_limit=10)
+    assert validate(plan, p).ok
+    for base in ("heft", "best-device"):
+        assert plan.objective <= diviml.solve(p, base, time_limit=5).objective
+    assert plan.bound <= plan.objective
+
+
+def test_a_tiny_time_limit_still_returns_a_valid_plan_with_its_status():
+    p = Problem(layered_dag(120, seed=1), diviml.preset("paper-server"))
+    plan = diviml.solve(p, "exact", time_limit=0.2)
+    assert plan.status in ("timeout", "optimal") and validate(plan, p).ok
+    assert plan.solve_time_s < 10
+
+
+def test_memory_limits_are_respected_even_where_heft_fails():
+    # three 6-byte tasks on two 12-byte devices: HEFT puts a and b side by side then cannot place c
+    from conftest import graph, two_device_platform
+    g = graph({"a": ({"x": 1, "y": 1}, 0), "b": ({"x": 1, "y": 1}, 0), "c": ({"x": 1, "y": 1}, 0),
+               "d": ({"x": 1, "y": 1}, 0)}, [("a", "d"), ("b", "d"), ("c", "d")],
+              a={"memory_bytes": 6.0}, b={"memory_bytes": 6.0}, c={"memory_bytes": 6.0}, d={"memory_bytes": 6.0})
+    plat = two_device_platform()
+    plat = replace(plat, devices=tuple(replace(d, memory_bytes=12.0) for d in plat.devices))
+    p = Problem(g, plat, Objective())
+    for solver in ("exact", "milp"):
+        plan = diviml.solve(p, solver, time_limit=10)
+        assert validate(plan, p).ok
+        assert sorted(plan.placement.values()).count("P1") == 2
+
+
+def test_infeasible_memory_is_reported():
+    from conftest import graph, two_device_platform
+    g = graph({x: ({"x": 1, "y": 1}, 0) for x in "abc"}, [("a", "b"), ("a", "c")],
+              a={"memory_bytes": 7.0, "colocation": "g"}, b={"memory_bytes": 7.0, "colocation": "g"},
+              c={"memory_bytes": 1.0})
+    plat = two_device_platform()
+    plat = replace(plat, devices=tuple(replace(d, memory_bytes=10.0) for d in plat.devices))
+    with pytest.raises(InfeasibleError, match="co-location group 'g'"):
+        Problem(g, plat, Objective())
+
+
+@pytest.mark.parametrize("symmetry", ["none", "tasks", "busy"])
+def test_symmetry_breaking_keeps_the_optimum(symmetry):
+    platform = diviml.Platform.from_dict({"devices": [
+        {"name": "cpu", "type": "cpu", "host": True},
+        {"name": "gpu", "type": "a100", "count": 3, "memory": 40e9, "link": {"bandwidth": 16e9, "latency": 1e-5}}]})
+    p = Problem(layered_dag(12, seed=3, device_types=("cpu", "a100")), platform)
+    assert platform.identical_groups == (("gpu0", "gpu1", "gpu2"),)
+    ref = diviml.solve(p, "exact", time_limit=30, symmetry="none")
+    plan = diviml.solve(p, "exact", time_limit=30, symmetry=symmetry)
+    assert plan.status == ref.status == "optimal"
+    assert plan.objective == pytest.approx(ref.objective, rel=1e-5)
+    milp = diviml.solve(p, "milp", time_limit=60, symmetry=symmetry, engine="highs")
+    assert milp.objective == pytest.approx(ref.objective, rel=1e-5)
+
+
+def test_batch_plans_split_the_batch_and_beat_the_best_single_device():
+    p = Problem(layered_dag(16, seed=2), diviml.preset("paper-server"), Objective("batch", batch_size=16))
+    plan = diviml.solve(p, "exact", time_limit=20)
+    assert validate(plan, p).ok
+    single = diviml.solve(p, "best-device", time_limit=5)
+    assert plan.objective <= diviml.solve(p, "heft", time_limit=5).objective
+    assert plan.stats["speedup_vs_best_device"] == pytest.approx(single.objective / plan.objective)
+    assert plan.bound <= plan.objective
+
+
+def test_gurobi_size_limit_is_said_in_one_line_and_highs_solves_instead():
+    from diviml.solvers.linear import LinearModel, solve_linear
+    m = LinearModel()
+    xs = [m.binary(cost=-1.0) for _ in range(2500)]
+    m.row([(x, 1.0) for x in xs], upper=3.0)
+    r = solve_linear(m, time_limit=20, engine="gurobi")
+    assert r.engine == "highs" and "size-limited" in r.note and "\n" not in r.note
+    assert r.status == "optimal" and r.objective == pytest.approx(-3.0)
