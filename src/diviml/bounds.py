@@ -103,5 +103,85 @@ def _items(problem: Problem) -> list[tuple[str, ...]]:
     return items
 
 
+def path_work_bound(problem: Problem) -> float:
+    """LP coupling paths and work (latency): fractional assignment x, finish potentials e and makespan C with
+
+    ``e[v] >= e[u] + c_min(u) * delta[u,v] + sum_d p[v,d] x[v,d]`` on every edge, ``C >= e[v]``, and each
+    device's work ``sum_v p[v,d] x[v,d] <= C``; ``delta[u,v] >= x[u,d] - x[v,d]`` is the share of the edge that
+    crosses devices and ``c_min(u)`` the cheapest transfer of u's output between two different devices.
+    A job cannot sit on its fastest device for the path and be spread out for the work at once, so this is
+    at least as strong as both simple bounds. Memory and co-location are left out (a relaxation).
+    """
+    if problem.objective.kind != "latency":
+        return 0.0
+    graph, platform = problem.graph, problem.platform
+    devices = [d.name for d in platform.devices]
+    tasks = list(graph.topological_order)
+    cols: list[tuple] = []
+    index = {}
+
+    def col(key) -> int:
+        index[key] = len(cols)
+        cols.append(key)
+        return index[key]
+
+    for t in tasks:
+        for d in problem.allowed_devices[t]:
+            col(("x", t, d))
+        col(("e", t))
+    for u, v in graph.edges:
+        col(("delta", u, v))
+    c_idx = col(("C",))
+    rows_ub, b_ub, rows_eq = [], [], []
+    for t in tasks:
+        rows_eq.append({index["x", t, d]: 1.0 for d in problem.allowed_devices[t]})
+        # e[t] >= own time (sources), C >= e[t]
+        r = {index["e", t]: -1.0}
+        for d in problem.allowed_devices[t]:
+            r[index["x", t, d]] = problem.time(t, d)
+        rows_ub.append(r)
+        b_ub.append(0.0)
+        rows_ub.append({index["e", t]: 1.0, c_idx: -1.0})
+        b_ub.append(0.0)
+    for u, v in graph.edges:
+        ut = graph.by_id[u]
+        pairs = [platform.transfer_time(ut, a, c) for a in devices for c in devices if a != c]
+        c_min = min(pairs, default=0.0)
+        r = {index["e", u]: 1.0, index["e", v]: -1.0, index["delta", u, v]: c_min}
+        for d in problem.allowed_devices[v]:
+            r[index["x", v, d]] = problem.time(v, d)
+        rows_ub.append(r)
+        b_ub.append(0.0)
+        for d in devices:  # delta >= x[u,d] - x[v,d]
+            r = {index["delta", u, v]: -1.0}
+            if ("x", u, d) in index:
+                r[index["x", u, d]] = 1.0
+            if ("x", v, d) in index:
+                r[index["x", v, d]] = r.get(index["x", v, d], 0.0) - 1.0
+            rows_ub.append(r)
+            b_ub.append(0.0)
+    for d in devices:
+        r = {c_idx: -1.0}
+        for t in tasks:
+            if ("x", t, d) in index:
+                r[index["x", t, d]] = problem.time(t, d)
+        rows_ub.append(r)
+        b_ub.append(0.0)
+    n = len(cols)
+    a_ub = lil_matrix((len(rows_ub), n))
+    for i, r in enumerate(rows_ub):
+        for j, v in r.items():
+            a_ub[i, j] = v
+    a_eq = lil_matrix((len(rows_eq), n))
+    for i, r in enumerate(rows_eq):
+        for j, v in r.items():
+            a_eq[i, j] = v
+    c = np.zeros(n)
+    c[c_idx] = 1.0
+    res = linprog(c, A_ub=a_ub.tocsr(), b_ub=np.array(b_ub), A_eq=a_eq.tocsr(), b_eq=np.ones(len(rows_eq)),
+                  bounds=[(0, None)] * n, method="highs")
+    return float(res.fun) * (1 - 1e-9) if res.status == 0 else 0.0
+
+
 def lower_bound(problem: Problem) -> float:
-    return max(critical_path_bound(problem), work_bound(problem))
+    return max(critical_path_bound(problem), work_bound(problem), path_work_bound(problem))

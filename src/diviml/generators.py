@@ -1,4 +1,4 @@
-"""Seeded random DNN-like task graphs: layers with branching, merging and skip connections.
+"""Seeded random DNN-like task graphs: chains, branch blocks and residual blocks, and benchmark platforms.
 
 Costs follow a GPU-centred model: a base time per task on the fastest GPU type, slower GPU types 1.2-2.5x,
 CPUs 5-20x; output tensors sized so that moving one over a 16 GB/s link costs ``ccr`` (0.1-1 by default)
@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 
 from .graph import Task, TaskGraph
+from .platform import Device, Link, Platform
 
 GPU_TYPES = ("a100", "v100")
 CPU_TYPE = "cpu"
@@ -20,28 +21,51 @@ REFERENCE_BANDWIDTH = 16e9
 
 def layered_dag(n: int, *, seed: int = 0, device_types: tuple[str, ...] = (CPU_TYPE,) + GPU_TYPES,
                 ccr: tuple[float, float] = (0.1, 1.0), max_width: int = 4) -> TaskGraph:
-    """A DAG of ``n`` tasks with one source and one sink, DNN-like (layers of width 1..max_width)."""
+    """A DNN-like DAG of ``n`` tasks with one source and one sink, built from blocks as real networks are:
+    chains of layers, branch blocks (2..max_width parallel branches of 1-3 layers that merge, as in
+    Inception) and residual blocks (a chain with a skip connection into its merge, as in ResNet).
+    """
     if n < 2:
-        raise ValueError("a layered DAG needs at least 2 tasks")
+        raise ValueError("a DNN-like DAG needs at least 2 tasks")
     rng = random.Random(seed)
-    layers: list[list[int]] = [[0]]
-    count = 1
-    while count < n - 1:
-        width = min(rng.randint(1, max_width), n - 1 - count)
-        layers.append(list(range(count, count + width)))
-        count += width
-    layers.append([n - 1])
     edges: set[tuple[int, int]] = set()
-    for i in range(1, len(layers)):
-        for v in layers[i]:
-            prev = layers[i - 1]
-            for u in rng.sample(prev, k=min(len(prev), rng.choice((1, 1, 2)))):
-                edges.add((u, v))
-            if i >= 2 and rng.random() < 0.15:  # skip connection (residual-like)
-                edges.add((rng.choice(layers[i - 2]), v))
-        for u in layers[i - 1]:  # every task feeds the next layer
-            if not any(a == u for a, _ in edges):
-                edges.add((u, rng.choice(layers[i])))
+    count = 1  # task 0 is the source
+    tail = 0  # the task the next block hangs from
+
+    def new(*preds: int) -> int:
+        nonlocal count
+        v = count
+        count += 1
+        edges.update((u, v) for u in preds)
+        return v
+
+    while count < n - 1:
+        room = n - 1 - count
+        kind = rng.random()
+        if kind < 0.35 and room >= 4:  # branch block: parallel branches, then a merge
+            width = rng.randint(2, max(2, max_width))
+            ends = []
+            for _ in range(width):
+                if count >= n - 2:
+                    break
+                v = tail
+                for _ in range(rng.randint(1, 3)):
+                    if count >= n - 2:
+                        break
+                    v = new(v)
+                ends.append(v)
+            tail = new(*ends)
+        elif kind < 0.55 and room >= 3:  # residual block: a short chain and a skip into the merge
+            v = tail
+            for _ in range(rng.randint(1, 3)):
+                if count >= n - 2:
+                    break
+                v = new(v)
+            tail = new(v, tail)
+        else:  # a chain of layers
+            for _ in range(min(rng.randint(1, 3), room)):
+                tail = new(tail)
+    new(tail)
     gpus = [dt for dt in device_types if dt != CPU_TYPE]
     factors = {}
     for dt in device_types:  # the first GPU type is the fastest
@@ -59,4 +83,21 @@ def layered_dag(n: int, *, seed: int = 0, device_types: tuple[str, ...] = (CPU_T
         tasks.append(Task(id=f"t{i}", kind="op", time=time, time_by_batch=table,
                           memory_bytes=rng.uniform(0, 64e6), output_bytes=comm * REFERENCE_BANDWIDTH,
                           flops=base * 10e12))
-    return TaskGraph.create(tasks, [(f"t{a}", f"t{b}") for a, b in sorted(edges)], name=f"layered-n{n}-s{seed}")
+    return TaskGraph.create(tasks, [(f"t{a}", f"t{b}") for a, b in sorted(edges)], name=f"dnn-like-n{n}-s{seed}")
+
+
+# GPU types in speed order for benchmark platforms, with their host links (PCIe, see presets/paper-server.yaml)
+BENCHMARK_GPUS = (("a100", 40e9, 31.5e9), ("v100", 16e9, 15.75e9), ("l4", 24e9, 31.5e9))
+
+
+def benchmark_platform(k: int) -> Platform:
+    """One host CPU and ``k - 1`` different GPUs (a100, v100, l4), each on its own PCIe link."""
+    if not 2 <= k <= 1 + len(BENCHMARK_GPUS):
+        raise ValueError(f"k must be between 2 and {1 + len(BENCHMARK_GPUS)}")
+    devices = [Device("cpu", CPU_TYPE, 192e9, "server0", True)]
+    devices += [Device(name, name, mem, "server0", False, Link(bw, 10e-6)) for name, mem, bw in BENCHMARK_GPUS[:k - 1]]
+    return Platform(tuple(devices), f"cpu+{k - 1}gpu", description="benchmark platform: a CPU and different GPUs")
+
+
+def benchmark_device_types(k: int) -> tuple[str, ...]:
+    return (CPU_TYPE,) + tuple(name for name, _, _ in BENCHMARK_GPUS[:k - 1])

@@ -61,19 +61,26 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     for v in jobs.jobs:
         for u in jobs.preds(v):
             m.Add(start[v] >= end[u])
-            for a in jobs.devices(u):
-                for c in jobs.devices(v):
-                    if a != c:
-                        comm = ticks(jobs.transfer(u, a, c))
-                        if comm > 0:
-                            m.Add(start[v] >= end[u] + comm).OnlyEnforceIf([x[u, a], x[v, c]])
+            for c in jobs.devices(v):
+                # the transfer of u's output to device c is linear in u's assignment (0 when u is on c)
+                comm = [(ticks(jobs.transfer(u, a, c)), x[u, a]) for a in jobs.devices(u) if a != c]
+                comm = [(w, lit) for w, lit in comm if w > 0]
+                if comm:
+                    m.Add(start[v] >= end[u] + sum(w * lit for w, lit in comm)).OnlyEnforceIf(x[v, c])
     _memory(m, jobs, x)
     _colocation(m, jobs, x)
     _symmetry(m, jobs, x, symmetry, ticks)
     makespan = m.NewIntVar(0, horizon, "makespan")
+    # redundant but strengthening: every job ends at least its fastest remaining path before the makespan,
+    # starts after its fastest path from a source, and each device's work fits below the makespan
+    head, tail = _heads_and_tails(jobs, ticks)
     for j in jobs.jobs:
-        if not jobs.succs(j):
-            m.Add(makespan >= end[j])
+        m.Add(start[j] >= head[j])
+        m.Add(makespan >= end[j] + tail[j])
+    for d, ivs in per_device.items():
+        work = [(ticks(jobs.duration(j, d)), x[j, d]) for j in jobs.jobs if (j, d) in x]
+        if work:
+            m.Add(sum(w * lit for w, lit in work) <= makespan)
     m.Minimize(makespan)
 
     hint = heft_hint(jobs, symmetry)
@@ -90,6 +97,7 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     solver.parameters.max_time_in_seconds = max(time_limit, 0.01)
     solver.parameters.random_seed = seed
     solver.parameters.num_workers = workers or max(os.cpu_count() or 1, 1)
+    solver.parameters.linearization_level = 2
     callback = _Progress(progress, tick) if progress else None
     code = solver.Solve(m, callback) if callback else solver.Solve(m)
     bound = max(solver.BestObjectiveBound(), 0) * tick if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
@@ -102,6 +110,17 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     starts = {j: float(solver.Value(start[j])) for j in jobs.jobs}
     status = "optimal" if code == cp_model.OPTIMAL else "timeout"
     return Outcome(device_of, starts, status, bound, solver.ObjectiveValue() * tick, stats)
+
+
+def _heads_and_tails(jobs: JobGraph, ticks) -> tuple[dict, dict]:
+    """Longest paths before / after each job with every job on its fastest device and free transfers."""
+    fastest = {j: min(ticks(jobs.duration(j, d)) for d in jobs.devices(j)) for j in jobs.jobs}
+    head, tail = {}, {}
+    for j in jobs.jobs:
+        head[j] = max((head[u] + fastest[u] for u in jobs.preds(j)), default=0)
+    for j in reversed(jobs.jobs):
+        tail[j] = max((fastest[v] + tail[v] for v in jobs.succs(j)), default=0)
+    return head, tail
 
 
 def _memory(m, jobs: JobGraph, x) -> None:
