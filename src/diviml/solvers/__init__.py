@@ -29,6 +29,10 @@ REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
                "CP-SAT: optimal device, order and batch split with a proven bound (default exact engine)"),
     SolverInfo("milp", "milp", ("latency", "batch"),
                "the paper's MILP (HiGHS, or Gurobi when licensed): device, order and batch split with a bound"),
+    SolverInfo("dp", "pipeline_dp", ("pipeline",),
+               "optimal contiguous pipeline split: dynamic program over ideals (NeurIPS 2020)"),
+    SolverInfo("ip", "pipeline_ip", ("pipeline",),
+               "exact pipeline split as an integer program (NeurIPS 2020), contiguous or not; HiGHS or Gurobi"),
     SolverInfo("greedy", "greedy", ("latency", "batch", "pipeline"),
                "memory-aware topological fill of devices, fastest first, towards balanced load (baseline)"),
 )}

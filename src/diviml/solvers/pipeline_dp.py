@@ -1,0 +1,259 @@
+"""Optimal contiguous pipeline splits by dynamic programming over ideals (Tarnawski et al., NeurIPS 2020).
+
+The forward graph, with co-location classes contracted, has ideals (down-sets). A contiguous split hands
+each device the difference ``J \\ I`` of two nested ideals, so
+
+    dp[J][n] = min over ideals I < J and device classes D with n_D >= 1 of max(dp[I][n - e_D], load_D(J \\ I))
+
+with ``n`` the number of devices of each class still free and ``dp[{}][n] = 0`` (devices may stay idle).
+The answer is ``dp[all][counts]``. For each I, the ideals J > I are walked depth-first along a canonical
+tree (each J from the J' that lacks J's highest new class), updating compute, memory and the transfer hops
+of J \\ I incrementally; subtrees whose compute already exceeds a known plan's value on every device class
+are cut. Budgets on ideals and pairs stop the run with a clear message instead of exhausting memory.
+Handles inference and PipeDream training (a device's load = forward + backward); GPipe needs ``ip``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+import numpy as np
+
+from ..errors import InputError
+from ..plan import Plan
+from ..problem import Problem
+from ._common import Stopwatch, make_plan
+from .pipeline_common import Contracted, class_times, device_classes
+
+NAME = "dp"
+
+
+class BudgetExceeded(InputError):
+    pass
+
+
+def enumerate_ideals(num: int, edges: set[tuple[int, int]], order: list[int], max_ideals: int, watch: Stopwatch):
+    """Ideals as bitmasks (by size), and per ideal its transitions [(position, class, child index)]."""
+    pred = [0] * num
+    for a, b in edges:
+        pred[b] |= 1 << a
+    position = {c: i for i, c in enumerate(order)}
+    index = {0: 0}
+    masks = [0]
+    level = [0]
+    transitions: list[list[tuple[int, int, int]]] = []
+    while level:
+        nxt = []
+        for mask in level:
+            for c in range(num):
+                bit = 1 << c
+                if not mask & bit and pred[c] & ~mask == 0:
+                    child = mask | bit
+                    if child not in index:
+                        index[child] = len(masks)
+                        masks.append(child)
+                        nxt.append(child)
+                        if len(masks) > max_ideals:
+                            raise BudgetExceeded(
+                                f"the graph has more than {max_ideals} ideals (down-sets): the DP cannot run within "
+                                "budget; raise --max-ideals or use --solver ip")
+            if watch.expired:
+                raise BudgetExceeded("the time limit ran out while enumerating ideals: raise it or use --solver ip")
+        level = nxt
+    for mask in masks:
+        out = []
+        for c in range(num):
+            bit = 1 << c
+            if not mask & bit and pred[c] & ~mask == 0:
+                out.append((position[c], c, index[mask | bit]))
+        out.sort()
+        transitions.append(out)
+    return masks, transitions
+
+
+def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, max_ideals: int = 2_000_000,
+          max_pairs: int = 500_000_000, progress=None) -> Plan:
+    watch = Stopwatch(time_limit)
+    if problem.is_training and problem.objective.training == "gpipe":
+        raise InputError("the DP handles inference and PipeDream training; for GPipe use --solver ip")
+    upper = _upper_bound(problem, watch)
+    restricted = Contracted(problem, attach_isolated=True)
+    if restricted.num_classes < Contracted(problem).num_classes:
+        # a first pass with isolated classes attached gives a tight cut for the exact pass
+        value, _, _ = run_dp(problem, restricted, watch, max_ideals, max_pairs, upper, progress)
+        upper = min(upper, value * (1 + 1e-9))
+    value, placement, stats = run_dp(problem, Contracted(problem), watch, max_ideals, max_pairs, upper, progress)
+    contiguous = problem.objective.contiguous
+    return make_plan(problem, placement=placement, solver=NAME, status="optimal" if contiguous else "feasible",
+                     watch=watch, bound=value if contiguous else None,
+                     notes=[] if contiguous else ["optimal among contiguous splits; non-contiguous ones may be better"],
+                     stats=stats)
+
+
+def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideals: int, max_pairs: int,
+           upper: float, progress=None) -> tuple[float, dict[str, str], dict]:
+    """(optimal contiguous value, placement, stats) over the given contraction."""
+    dclasses = device_classes(problem)
+    num = contracted.num_classes
+    import networkx as nx
+    g = nx.DiGraph()
+    g.add_nodes_from(range(num))
+    g.add_edges_from(contracted.forward_edges)
+    if not nx.is_directed_acyclic_graph(g):
+        raise InputError("contracting the co-location groups makes the forward graph cyclic: no contiguous "
+                         "split exists; use --solver ip --no-contiguous")
+    order = list(nx.lexicographical_topological_sort(g))
+    masks, transitions = enumerate_ideals(num, contracted.forward_edges, order, max_ideals, watch)
+    if progress:
+        progress(f"  dp: {num} classes, {len(masks)} ideals")
+    graph = problem.graph
+    times = [class_times(problem, contracted, dc) for dc in dclasses]
+    sizes = [sum(graph.by_id[t].memory_bytes for t in ms) for ms in contracted.members]
+    hop = []  # per device class: hop cost per producer
+    for dc in dclasses:
+        dev = problem.platform.by_name[dc.devices[0]]
+        hop.append([0.0 if dc.is_host else problem.platform.hop_time(graph.by_id[t], dev)
+                    for t, _, _ in contracted.producers])
+    produced_by: list[list[int]] = [[] for _ in range(num)]
+    consumed_by: list[list[int]] = [[] for _ in range(num)]
+    need = []
+    for k, (_, pc, consumers) in enumerate(contracted.producers):
+        produced_by[pc].append(k)
+        for c in consumers:
+            consumed_by[c].append(k)
+        need.append(len(consumers))
+    comm_classes = [i for i, dc in enumerate(dclasses) if not dc.is_host]
+
+    # states: devices still free per class, as a mixed-radix index
+    counts = [len(dc.devices) for dc in dclasses]
+    radix = np.cumprod([1] + [c + 1 for c in counts[:-1]])
+    n_states = int(np.prod([c + 1 for c in counts]))
+    state_counts = np.array([[(s // radix[i]) % (counts[i] + 1) for i in range(len(counts))] for s in range(n_states)])
+    prev = []  # per device class: (states with >= 1 free device, the state after using one)
+    for i in range(len(dclasses)):
+        valid = np.nonzero(state_counts[:, i] >= 1)[0]
+        prev.append((valid, valid - int(radix[i])))
+    dp = np.full((len(masks), n_states), math.inf)
+    dp[0, :] = 0.0
+    arg_prev = np.full((len(masks), n_states), -1, dtype=np.int64)
+    arg_class = np.full((len(masks), n_states), -1, dtype=np.int8)
+    in_set = [False] * num
+    count = [0] * len(contracted.producers)
+    pairs = 0
+    nd = len(dclasses)
+
+    for i in range(len(masks)):
+        if watch.expired:
+            raise BudgetExceeded(f"the DP ran out of time after {i} of {len(masks)} ideals: raise the time limit")
+        row = dp[i]
+        if not np.isfinite(row).any():
+            continue
+        js: list[int] = []
+        loads: list[list[float]] = [[] for _ in range(nd)]
+        comp = [0.0] * nd
+        comm = [0.0] * nd
+        state = {"size": 0.0}
+
+        def walk(ideal: int, last_pos: int) -> None:
+            nonlocal pairs
+            trans = transitions[ideal]
+            for pos, c, child in trans[bisect.bisect_right(trans, (last_pos, num, 0)):]:
+                # add class c to S = J \ I
+                delta = [0.0] * nd
+                for k in produced_by[c]:
+                    before = count[k] > 0
+                    after = count[k] < need[k]
+                    if before != after:
+                        for d in comm_classes:
+                            delta[d] += hop[d][k] * (after - before)
+                in_set[c] = True
+                for k in consumed_by[c]:
+                    pc = contracted.producers[k][1]
+                    old = (count[k] < need[k]) if in_set[pc] else (count[k] > 0)
+                    count[k] += 1
+                    new = (count[k] < need[k]) if in_set[pc] else (count[k] > 0)
+                    if old != new:
+                        for d in comm_classes:
+                            delta[d] += hop[d][k] * (new - old)
+                for d in range(nd):
+                    comp[d] += times[d][c]
+                    comm[d] += delta[d]
+                state["size"] += sizes[c]
+                pairs += 1
+                alive = False
+                js.append(child)
+                for d, dc in enumerate(dclasses):
+                    feasible = comp[d] < math.inf and state["size"] <= dc.memory
+                    loads[d].append(comp[d] + comm[d] if feasible else math.inf)
+                    alive |= feasible and comp[d] <= upper
+                if alive:
+                    walk(child, pos)
+                # undo
+                state["size"] -= sizes[c]
+                for d in range(nd):
+                    comp[d] -= times[d][c]
+                    comm[d] -= delta[d]
+                for k in consumed_by[c]:
+                    count[k] -= 1
+                in_set[c] = False
+
+        walk(i, -1)
+        if pairs > max_pairs:
+            raise BudgetExceeded(f"the DP passed its budget of {max_pairs} ideal pairs: raise --max-pairs or use ip")
+        if not js:
+            continue
+        j_arr = np.array(js, dtype=np.int64)
+        for d in range(nd):
+            load = np.array(loads[d])
+            valid, before = prev[d]
+            cand = np.maximum(row[before][None, :], load[:, None])  # (J, states)
+            current = dp[j_arr[:, None], valid[None, :]]
+            better = cand < current
+            if better.any():
+                rows, cols = np.nonzero(better)
+                dp[j_arr[rows], valid[cols]] = cand[rows, cols]
+                arg_prev[j_arr[rows], valid[cols]] = i
+                arg_class[j_arr[rows], valid[cols]] = d
+    full = len(masks) - 1
+    top = n_states - 1
+    value = dp[full, top]
+    if not math.isfinite(value):
+        from ..errors import InfeasibleError
+        raise InfeasibleError("no contiguous split fits the memory limits and device restrictions: raise the "
+                              "memory or use --solver ip --no-contiguous")
+    placement = _reconstruct(masks, arg_prev, arg_class, radix, dclasses, contracted, full, top)
+    return float(value), placement, {"ideals": float(len(masks)), "pairs": float(pairs), "dp_value": float(value)}
+
+
+def _upper_bound(problem: Problem, watch: Stopwatch) -> float:
+    """Value of a contiguous greedy plan, to cut hopeless pairs (inf when greedy finds none)."""
+    from dataclasses import replace
+
+    from . import greedy
+    from ..problem import Objective
+    contiguous = replace(problem, objective=replace(problem.objective, contiguous=True))
+    try:
+        return greedy.solve(contiguous, time_limit=max(1.0, watch.left / 10)).objective * (1 + 1e-9)
+    except Exception:  # noqa: BLE001 - any failure only means no cut
+        return math.inf
+
+
+def _reconstruct(masks, arg_prev, arg_class, radix, dclasses, contracted, j, s) -> dict[str, str]:
+    placement: dict[str, str] = {}
+    used = [0] * len(dclasses)
+    while j != 0:
+        i, d = int(arg_prev[j, s]), int(arg_class[j, s])
+        diff = masks[j] & ~masks[i]
+        device = dclasses[d].devices[used[d]]
+        used[d] += 1
+        c = 0
+        while diff:
+            if diff & 1:
+                for t in contracted.members[c]:
+                    placement[t] = device
+            diff >>= 1
+            c += 1
+        s -= int(radix[d])
+        j = i
+    return placement

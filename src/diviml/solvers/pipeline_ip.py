@@ -1,0 +1,203 @@
+"""Exact pipeline (max-load) partitioning as an integer program (NeurIPS 2020), HiGHS or Gurobi.
+
+Over co-location classes (see :mod:`.pipeline_common`) and devices:
+``x[c,d]`` binary, one device per class; for every producer k (a task whose output reaches another class)
+and non-host device d, ``out[k,d] >= x[class(k),d] - x[c',d]`` and ``in[k,d] >= x[c',d] - x[class(k),d]``
+for each consuming class c' (its output leaves d once / enters d once); load of d = compute + hop cost x
+(out + in) <= T (GPipe: forward and backward loads against T_f and T_b, objective T_f + T_b); memory per
+device; contiguity when asked (per device: ``z >= x``, z propagates along forward edges, and no forward edge
+re-enters the set from a node outside it that the set reaches); symmetry breaking for identical devices.
+Warm-started from the DP (contiguous optimum) or the greedy split; never returns anything worse.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..errors import DivimlError
+from ..plan import Plan
+from ..problem import Problem
+from . import greedy, pipeline_dp
+from ._common import Stopwatch, make_plan
+from .linear import LinearModel, solve_linear
+from .pipeline_common import Contracted
+from .symmetry import CRITERIA, groups
+
+NAME = "ip"
+
+
+def build(problem: Problem, contracted: Contracted, symmetry: str):
+    graph, platform = problem.graph, problem.platform
+    gpipe = problem.is_training and problem.objective.training == "gpipe"
+    phases = ("forward", "backward") if gpipe else ("all",)
+    m = LinearModel()
+    devices = [d.name for d in platform.devices]
+    x = {}
+    for c, members in enumerate(contracted.members):
+        for d in devices:
+            if all(d in problem.allowed_devices[t] for t in members):
+                x[c, d] = m.binary()
+        m.row([(x[c, d], 1.0) for d in devices if (c, d) in x], 1.0, 1.0)
+    T = {ph: m.var(0.0, cost=1.0) for ph in phases}
+    load = {(d, ph): [] for d in devices for ph in phases}
+
+    def phase_of(task_id: str) -> str:
+        return graph.by_id[task_id].phase if gpipe else "all"
+
+    for c, members in enumerate(contracted.members):
+        for d in devices:
+            if (c, d) not in x:
+                continue
+            for t in members:
+                load[d, phase_of(t)].append((x[c, d], problem.time(t, d)))
+    comm = {}
+    for k, (t, pc, consumers) in enumerate(contracted.producers):
+        for d in devices:
+            dev = platform.by_name[d]
+            if dev.is_host:
+                continue
+            cost = platform.hop_time(graph.by_id[t], dev)
+            if cost <= 0:
+                continue
+            o, i = m.var(0.0, 1.0), m.var(0.0, 1.0)
+            comm[k, d] = (o, i)
+            xp = x.get((pc, d))
+            for c2 in consumers:
+                xc = x.get((c2, d))
+                terms_out = [(o, 1.0)] + ([(xp, -1.0)] if xp is not None else []) + ([(xc, 1.0)] if xc is not None else [])
+                m.row(terms_out, 0.0)
+                terms_in = [(i, 1.0)] + ([(xc, -1.0)] if xc is not None else []) + ([(xp, 1.0)] if xp is not None else [])
+                m.row(terms_in, 0.0)
+            load[d, phase_of(t)] += [(o, cost), (i, cost)]
+    for (d, ph), terms in load.items():
+        m.row(terms + [(T[ph], -1.0)], upper=0.0)
+    for dev in platform.devices:
+        if math.isfinite(dev.memory_bytes):
+            terms = [(x[c, dev.name], sum(graph.by_id[t].memory_bytes for t in ms))
+                     for c, ms in enumerate(contracted.members) if (c, dev.name) in x]
+            terms = [(v, w) for v, w in terms if w > 0]
+            if terms and sum(w for _, w in terms) > dev.memory_bytes:
+                m.row(terms, upper=dev.memory_bytes)
+    z = {}
+    if problem.objective.contiguous:
+        forward_classes = sorted({a for e in contracted.forward_edges for a in e}
+                                 | {contracted.class_of[t.id] for t in graph.tasks if t.phase == "forward"})
+        for d in devices:
+            for c in forward_classes:
+                z[c, d] = m.var(0.0, 1.0)
+                if (c, d) in x:
+                    m.row([(z[c, d], 1.0), (x[c, d], -1.0)], 0.0)
+            for a, b in contracted.forward_edges:
+                m.row([(z[b, d], 1.0), (z[a, d], -1.0)], 0.0)
+                terms = [(z[a, d], 1.0)] + ([(x[b, d], 1.0)] if (b, d) in x else []) + ([(x[a, d], -1.0)] if (a, d) in x else [])
+                m.row(terms, upper=1.0)
+    if symmetry != "none":
+        for g in groups(problem):
+            for d1, d2 in zip(g, g[1:]):
+                if symmetry == "tasks":
+                    m.row([(x[c, d1], 1.0) for c in range(contracted.num_classes) if (c, d1) in x]
+                          + [(x[c, d2], -1.0) for c in range(contracted.num_classes) if (c, d2) in x], 0.0)
+                else:
+                    m.row([(v, w) for ph in phases for v, w in load[d1, ph]]
+                          + [(v, -w) for ph in phases for v, w in load[d2, ph]], 0.0)
+    return m, {"x": x, "T": T, "comm": comm, "z": z}
+
+
+def hint_vector(m: LinearModel, maps, problem: Problem, contracted: Contracted, placement: dict[str, str],
+                symmetry: str) -> list[float]:
+    from ..simulate import pipeline_loads
+    placement = _relabel(problem, placement, symmetry)
+    device_of_class = {c: placement[ms[0]] for c, ms in enumerate(contracted.members)}
+    v = [0.0] * m.num_vars
+    for (c, d), i in maps["x"].items():
+        v[i] = 1.0 if device_of_class[c] == d else 0.0
+    for (k, d), (o, i) in maps["comm"].items():
+        _, pc, consumers = contracted.producers[k]
+        on = device_of_class[pc] == d
+        v[o] = 1.0 if on and any(device_of_class[c] != d for c in consumers) else 0.0
+        v[i] = 1.0 if not on and any(device_of_class[c] == d for c in consumers) else 0.0
+    loads = pipeline_loads(problem, placement)
+    for ph, i in maps["T"].items():
+        v[i] = (max(loads.forward.values()) if ph == "forward" else max(loads.backward.values())
+                if ph == "backward" else max(loads.total.values()))
+    if maps["z"]:
+        import networkx as nx
+        g = nx.DiGraph(list(contracted.forward_edges))
+        for d in {d for (_, d) in maps["z"]}:
+            reach = {c for c, dev in device_of_class.items() if dev == d}
+            for c in list(reach):
+                if c in g:
+                    reach |= nx.descendants(g, c)
+            for (c, dd), i in maps["z"].items():
+                if dd == d:
+                    v[i] = 1.0 if c in reach else 0.0
+    return v
+
+
+def _relabel(problem: Problem, placement: dict[str, str], symmetry: str) -> dict[str, str]:
+    """Permute identical devices so the hint satisfies the symmetry order."""
+    from ..simulate import pipeline_loads
+    if symmetry == "none":
+        return placement
+    total = pipeline_loads(problem, placement).total
+    mapping = {}
+    for g in groups(problem):
+        def score(d):
+            return sum(1 for v in placement.values() if v == d) if symmetry == "tasks" else total[d]
+        ranked = sorted(g, key=lambda d: (-score(d), g.index(d)))
+        mapping.update(dict(zip(ranked, g)))
+    return {t: mapping.get(d, d) for t, d in placement.items()}
+
+
+def warm_start(problem: Problem, watch: Stopwatch) -> Plan | None:
+    """The DP's contiguous optimum when it runs within a fifth of the time, else the greedy split."""
+    contiguous = replace(problem, objective=replace(problem.objective, contiguous=True))
+    if not (problem.is_training and problem.objective.training == "gpipe"):
+        try:
+            plan = pipeline_dp.solve(contiguous, time_limit=max(watch.left / 5, 0.5))
+            return replace(plan, objective_kind="pipeline")
+        except DivimlError:
+            pass
+    try:
+        return greedy.solve(contiguous, time_limit=max(watch.left / 10, 0.5))
+    except DivimlError:
+        return None
+
+
+def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: str = "auto",
+          symmetry: str = "busy", threads: int | None = None, progress=None) -> Plan:
+    if symmetry not in CRITERIA:
+        from ..errors import InputError
+        raise InputError(f"unknown symmetry criterion {symmetry!r}: choose {', '.join(CRITERIA)}")
+    watch = Stopwatch(time_limit)
+    contracted = Contracted(problem)
+    start = warm_start(problem, watch)
+    m, maps = build(problem, contracted, symmetry)
+    hint = hint_vector(m, maps, problem, contracted, start.placement, symmetry) if start else None
+    if progress:
+        progress(f"  ip: {m.num_vars} variables, {len(m.rows)} rows, warm start "
+                 f"{start.objective:.6g} ({start.solver})" if start else "  ip: no warm start")
+    result = solve_linear(m, time_limit=max(watch.left, 0.1), seed=seed, hint=hint, engine=engine, threads=threads)
+    notes = [result.note] if result.note else []
+    stats = {"ip_variables": float(m.num_vars), "ip_rows": float(len(m.rows)), "ip_engine": result.engine}
+    if result.status == "infeasible":
+        from ..errors import InfeasibleError
+        raise InfeasibleError("no split satisfies the memory, device and contiguity constraints: relax them")
+    bound = max(result.bound, 0.0) if math.isfinite(result.bound) else 0.0
+    candidates = []
+    if result.values is not None:
+        device_of_class = {c: max((d for (cc, d) in maps["x"] if cc == c), key=lambda d: result.values[maps["x"][c, d]])
+                           for c in range(contracted.num_classes)}
+        placement = {t: device_of_class[c] for t, c in contracted.class_of.items()}
+        status = "optimal" if result.status == "optimal" else "timeout"
+        candidates.append(make_plan(problem, placement=placement, solver=NAME, status=status, watch=watch,
+                                    bound=bound, notes=notes, stats=stats))
+    if start is not None:
+        candidates.append(make_plan(problem, placement=start.placement, solver=NAME,
+                                    status="optimal" if result.status == "optimal" else "timeout", watch=watch,
+                                    bound=bound, notes=notes + [f"kept the warm start ({start.solver})"], stats=stats))
+    if not candidates:
+        from ..errors import InfeasibleError
+        raise InfeasibleError(f"the IP found no split within {time_limit:g} s: raise the time limit")
+    return min(candidates, key=lambda p: p.objective)
