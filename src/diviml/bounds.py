@@ -53,7 +53,9 @@ def critical_path_bound(problem: Problem) -> float:
 
 def work_bound(problem: Problem) -> float:
     """min T: tasks fractionally spread over allowed devices, each device's work <= T, memory respected."""
-    costs = _unit_costs(problem)
+    raw = _unit_costs(problem)
+    unit = _unit(raw)
+    costs = {t: {d: v * unit for d, v in row.items()} for t, row in raw.items()}
     groups = _items(problem)
     devices = [d.name for d in problem.platform.devices]
     gpipe = problem.is_training and problem.objective.kind == "pipeline" and problem.objective.training == "gpipe"
@@ -91,8 +93,14 @@ def work_bound(problem: Problem) -> float:
                   bounds=[(0, None)] * (nx + n_t), method="highs")
     if res.status != 0:
         return 0.0
-    # the LP optimum is a valid bound only up to solver tolerance: shave a relative 1e-9
-    return float(res.fun) * (1 - 1e-9)
+    # the LP optimum is a valid bound only up to solver tolerance: shave a relative 1e-6
+    return float(res.fun) / unit * (1 - 1e-6)
+
+
+def _unit(costs: dict[str, dict[str, float]]) -> float:
+    """Scale that brings the total of the fastest times to 1000, away from the LP solver's tolerances."""
+    total = sum(min(row.values()) for row in costs.values() if row)
+    return 1000.0 / total if total > 0 else 1.0
 
 
 def _items(problem: Problem) -> list[tuple[str, ...]]:
@@ -117,6 +125,11 @@ def path_work_bound(problem: Problem) -> float:
     graph, platform = problem.graph, problem.platform
     devices = [d.name for d in platform.devices]
     tasks = list(graph.topological_order)
+    unit = _unit(_unit_costs(problem))
+
+    def time(t: str, d: str) -> float:
+        return problem.time(t, d) * unit
+
     cols: list[tuple] = []
     index = {}
 
@@ -138,7 +151,7 @@ def path_work_bound(problem: Problem) -> float:
         # e[t] >= own time (sources), C >= e[t]
         r = {index["e", t]: -1.0}
         for d in problem.allowed_devices[t]:
-            r[index["x", t, d]] = problem.time(t, d)
+            r[index["x", t, d]] = time(t, d)
         rows_ub.append(r)
         b_ub.append(0.0)
         rows_ub.append({index["e", t]: 1.0, c_idx: -1.0})
@@ -146,10 +159,10 @@ def path_work_bound(problem: Problem) -> float:
     for u, v in graph.edges:
         ut = graph.by_id[u]
         pairs = [platform.transfer_time(ut, a, c) for a in devices for c in devices if a != c]
-        c_min = min(pairs, default=0.0)
+        c_min = min(pairs, default=0.0) * unit
         r = {index["e", u]: 1.0, index["e", v]: -1.0, index["delta", u, v]: c_min}
         for d in problem.allowed_devices[v]:
-            r[index["x", v, d]] = problem.time(v, d)
+            r[index["x", v, d]] = time(v, d)
         rows_ub.append(r)
         b_ub.append(0.0)
         for d in devices:  # delta >= x[u,d] - x[v,d]
@@ -164,7 +177,7 @@ def path_work_bound(problem: Problem) -> float:
         r = {c_idx: -1.0}
         for t in tasks:
             if ("x", t, d) in index:
-                r[index["x", t, d]] = problem.time(t, d)
+                r[index["x", t, d]] = time(t, d)
         rows_ub.append(r)
         b_ub.append(0.0)
     n = len(cols)
@@ -180,7 +193,7 @@ def path_work_bound(problem: Problem) -> float:
     c[c_idx] = 1.0
     res = linprog(c, A_ub=a_ub.tocsr(), b_ub=np.array(b_ub), A_eq=a_eq.tocsr(), b_eq=np.ones(len(rows_eq)),
                   bounds=[(0, None)] * n, method="highs")
-    return float(res.fun) * (1 - 1e-9) if res.status == 0 else 0.0
+    return float(res.fun) / unit * (1 - 1e-6) if res.status == 0 else 0.0
 
 
 def lower_bound(problem: Problem) -> float:

@@ -108,7 +108,7 @@ def test_symmetry_breaking_keeps_the_optimum(symmetry):
 
 def test_batch_plans_split_the_batch_and_beat_the_best_single_device():
     p = Problem(layered_dag(16, seed=2), diviml.preset("paper-server"), Objective("batch", batch_size=16))
-    plan = diviml.solve(p, "exact", time_limit=20)
+    plan = diviml.solve(p, "exact", time_limit=8)
     assert validate(plan, p).ok
     single = diviml.solve(p, "best-device", time_limit=5)
     assert plan.objective <= diviml.solve(p, "heft", time_limit=5).objective

@@ -33,6 +33,12 @@ REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
                "optimal contiguous pipeline split: dynamic program over ideals (NeurIPS 2020)"),
     SolverInfo("ip", "pipeline_ip", ("pipeline",),
                "exact pipeline split as an integer program (NeurIPS 2020), contiguous or not; HiGHS or Gurobi"),
+    SolverInfo("local-search", "local_search", ("pipeline",),
+               "random restarts + best single move over co-location classes (NeurIPS 2020 baseline)"),
+    SolverInfo("pipedream", "chain_dp", ("pipeline",),
+               "PipeDream-style optimal split of the linearised graph into consecutive stages (baseline)"),
+    SolverInfo("partitioner", "partitioner", ("latency", "batch", "pipeline"),
+               "METIS graph partition with speed-proportional parts, repaired for memory (baseline)"),
     SolverInfo("greedy", "greedy", ("latency", "batch", "pipeline"),
                "memory-aware topological fill of devices, fastest first, towards balanced load (baseline)"),
 )}

@@ -12,6 +12,9 @@ HiGHS is used through ``highspy`` 1.12 (pinned: highspy 1.15 fails to import bes
 from __future__ import annotations
 
 import math
+import os
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -58,6 +61,24 @@ class LinearResult:
     bound: float
     engine: str
     note: str = ""
+
+
+@contextmanager
+def native_stdout_to_stderr():
+    """Native solver libraries sometimes print on file descriptor 1; keep stdout clean for --json."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no usable stdout: nothing to protect
+        yield
+        return
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def solve_linear(model: LinearModel, *, time_limit: float, seed: int = 0, hint: Sequence[float] | None = None,
@@ -117,7 +138,8 @@ def _highs(model: LinearModel, time_limit, seed, hint, threads, rel_gap) -> Line
         sol.col_value = list(map(float, hint))
         sol.value_valid = True
         h.setSolution(sol)
-    h.run()
+    with native_stdout_to_stderr():
+        h.run()
     status = h.getModelStatus()
     info = h.getInfo()
     has_solution = info.primal_solution_status == 2
@@ -165,7 +187,8 @@ def _gurobi(model: LinearModel, time_limit, seed, hint, threads, rel_gap) -> Lin
         if hint is not None:
             for i, v in enumerate(hint):
                 xs[i].Start = v
-        m.optimize()
+        with native_stdout_to_stderr():
+            m.optimize()
     except gp.GurobiError as exc:
         if getattr(exc, "errno", None) == 10010:
             return (f"Gurobi's licence is size-limited and this model has {model.num_vars} variables and "

@@ -21,19 +21,29 @@ from .search import Outcome, exact_search, heft_hint
 from .symmetry import groups
 
 NAME = "milp"
+SCALE = 1000.0
 
 
 def build(jobs: JobGraph, upper: float, symmetry: str = "tasks"):
     """(model, variable maps) of the MILP; ``upper`` is a known makespan (big-M and C's upper bound)."""
     problem = jobs.problem
     m = LinearModel()
-    big = upper * (1 + 1e-9) + 1e-12
+    # times are scaled so the known makespan is SCALE: seconds-sized coefficients (1e-6..1e-3) sit at
+    # the level of the engines' tolerances and HiGHS then declares wrong optima (measured)
+    unit = SCALE / max(upper, 1e-300)
+    big = SCALE * (1 + 1e-9)
+
+    def duration(j, d):
+        return jobs.duration(j, d) * unit
+
+    def transfer(u, a, b):
+        return jobs.transfer(u, a, b) * unit
     x = {(j, d): m.binary() for j in jobs.jobs for d in jobs.devices(j)}
     s = {j: m.var(0.0, big) for j in jobs.jobs}
     c = m.var(0.0, big, cost=1.0)
 
     def end(j):  # terms of e[j]
-        return [(s[j], 1.0)] + [(x[j, d], jobs.duration(j, d)) for d in jobs.devices(j)]
+        return [(s[j], 1.0)] + [(x[j, d], duration(j, d)) for d in jobs.devices(j)]
 
     for j in jobs.jobs:
         m.row([(x[j, d], 1.0) for d in jobs.devices(j)], 1.0, 1.0)
@@ -45,7 +55,7 @@ def build(jobs: JobGraph, upper: float, symmetry: str = "tasks"):
             m.row([(s[v], 1.0)] + [(i, -w) for i, w in end(u)], 0.0)
             for a in jobs.devices(u):
                 for b in jobs.devices(v):
-                    comm = jobs.transfer(u, a, b) if a != b else 0.0
+                    comm = transfer(u, a, b) if a != b else 0.0
                     if comm > 0:  # s[v] - e[u] - comm x[u,a] - comm x[v,b] >= -comm
                         m.row([(s[v], 1.0)] + [(i, -w) for i, w in end(u)] + [(x[u, a], -comm), (x[v, b], -comm)],
                               -comm)
@@ -93,10 +103,10 @@ def build(jobs: JobGraph, upper: float, symmetry: str = "tasks"):
         for g in groups(problem):
             for d1, d2 in zip(g, g[1:]):
                 def w(j, d):
-                    return 1.0 if symmetry == "tasks" else jobs.duration(j, d)
+                    return 1.0 if symmetry == "tasks" else duration(j, d)
                 m.row([(x[j, d1], w(j, d1)) for j in jobs.jobs if (j, d1) in x]
                       + [(x[j, d2], -w(j, d2)) for j in jobs.jobs if (j, d2) in x], 0.0)
-    return m, {"x": x, "s": s, "c": c, "order": order}
+    return m, {"x": x, "s": s, "c": c, "order": order, "unit": unit}
 
 
 def hint_vector(m: LinearModel, maps, jobs: JobGraph, symmetry: str) -> list[float] | None:
@@ -110,8 +120,8 @@ def hint_vector(m: LinearModel, maps, jobs: JobGraph, symmetry: str) -> list[flo
     for (j, d), i in maps["x"].items():
         values[i] = 1.0 if dev[j] == d else 0.0
     for j, i in maps["s"].items():
-        values[i] = start[j]
-    values[maps["c"]] = makespan
+        values[i] = start[j] * maps["unit"]
+    values[maps["c"]] = makespan * maps["unit"]
     for (a, b), i in maps["order"].items():
         values[i] = 1.0 if start[a] <= start[b] else 0.0
     # memory indicators z: rows z - x >= 0 are the only rows where z appears with one x
@@ -129,13 +139,13 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     stats = {"milp_variables": float(m.num_vars), "milp_rows": float(len(m.rows))}
     if result.status == "infeasible":
         return Outcome(None, None, "infeasible", float("inf"), None, stats)
-    bound = max(result.bound, 0.0)
+    bound = max(result.bound, 0.0) / maps["unit"]
     if result.values is None:
         return Outcome(None, None, "unknown", bound, None, stats)
     v = result.values
     device_of = {j: max(jobs.devices(j), key=lambda d: v[maps["x"][j, d]]) for j in jobs.jobs}
-    start = {j: v[i] for j, i in maps["s"].items()}
-    return Outcome(device_of, start, result.status, bound, result.objective,
+    start = {j: v[i] / maps["unit"] for j, i in maps["s"].items()}
+    return Outcome(device_of, start, result.status, bound, result.objective / maps["unit"],
                    {**stats, "milp_engine": result.engine, **({"note": result.note} if result.note else {})})
 
 

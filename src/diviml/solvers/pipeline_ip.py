@@ -27,7 +27,8 @@ from .symmetry import CRITERIA, groups
 NAME = "ip"
 
 
-def build(problem: Problem, contracted: Contracted, symmetry: str):
+def build(problem: Problem, contracted: Contracted, symmetry: str, unit: float = 1.0):
+    """The IP with loads multiplied by ``unit`` (chosen so values are O(1000), clear of solver tolerances)."""
     graph, platform = problem.graph, problem.platform
     gpipe = problem.is_training and problem.objective.training == "gpipe"
     phases = ("forward", "backward") if gpipe else ("all",)
@@ -50,14 +51,14 @@ def build(problem: Problem, contracted: Contracted, symmetry: str):
             if (c, d) not in x:
                 continue
             for t in members:
-                load[d, phase_of(t)].append((x[c, d], problem.time(t, d)))
+                load[d, phase_of(t)].append((x[c, d], problem.time(t, d) * unit))
     comm = {}
     for k, (t, pc, consumers) in enumerate(contracted.producers):
         for d in devices:
             dev = platform.by_name[d]
             if dev.is_host:
                 continue
-            cost = platform.hop_time(graph.by_id[t], dev)
+            cost = platform.hop_time(graph.by_id[t], dev) * unit
             if cost <= 0:
                 continue
             o, i = m.var(0.0, 1.0), m.var(0.0, 1.0)
@@ -101,7 +102,7 @@ def build(problem: Problem, contracted: Contracted, symmetry: str):
                 else:
                     m.row([(v, w) for ph in phases for v, w in load[d1, ph]]
                           + [(v, -w) for ph in phases for v, w in load[d2, ph]], 0.0)
-    return m, {"x": x, "T": T, "comm": comm, "z": z}
+    return m, {"x": x, "T": T, "comm": comm, "z": z, "unit": unit}
 
 
 def hint_vector(m: LinearModel, maps, problem: Problem, contracted: Contracted, placement: dict[str, str],
@@ -119,8 +120,8 @@ def hint_vector(m: LinearModel, maps, problem: Problem, contracted: Contracted, 
         v[i] = 1.0 if not on and any(device_of_class[c] == d for c in consumers) else 0.0
     loads = pipeline_loads(problem, placement)
     for ph, i in maps["T"].items():
-        v[i] = (max(loads.forward.values()) if ph == "forward" else max(loads.backward.values())
-                if ph == "backward" else max(loads.total.values()))
+        v[i] = maps["unit"] * (max(loads.forward.values()) if ph == "forward" else max(loads.backward.values())
+                               if ph == "backward" else max(loads.total.values()))
     if maps["z"]:
         import networkx as nx
         g = nx.DiGraph(list(contracted.forward_edges))
@@ -173,7 +174,9 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
     watch = Stopwatch(time_limit)
     contracted = Contracted(problem)
     start = warm_start(problem, watch)
-    m, maps = build(problem, contracted, symmetry)
+    from ..bounds import lower_bound
+    scale = start.objective if start else lower_bound(problem)
+    m, maps = build(problem, contracted, symmetry, unit=1000.0 / scale if scale > 0 else 1.0)
     hint = hint_vector(m, maps, problem, contracted, start.placement, symmetry) if start else None
     if progress:
         progress(f"  ip: {m.num_vars} variables, {len(m.rows)} rows, warm start "
@@ -184,7 +187,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
     if result.status == "infeasible":
         from ..errors import InfeasibleError
         raise InfeasibleError("no split satisfies the memory, device and contiguity constraints: relax them")
-    bound = max(result.bound, 0.0) if math.isfinite(result.bound) else 0.0
+    bound = max(result.bound, 0.0) / maps["unit"] if math.isfinite(result.bound) else 0.0
     candidates = []
     if result.values is not None:
         device_of_class = {c: max((d for (cc, d) in maps["x"] if cc == c), key=lambda d: result.values[maps["x"][c, d]])

@@ -1,0 +1,103 @@
+"""Baseline: a graph partitioner (METIS through pymetis), as in NeurIPS 2020 (Scotch there) and DiviML.
+
+The co-location classes become vertices weighted by compute and joined by edges weighted by transfer
+cost; METIS cuts them into one part per device with target part weights proportional to each device's
+speed (so a slow CPU gets a small part), minimising the cut. Parts go to devices, then a repair pass moves
+classes that a device may not run or cannot hold to the feasible device where they add least. Several
+seeds and imbalance settings are tried; the best plan under the problem's objective is kept.
+For latency and batch the placement is list-scheduled by the simulator.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pymetis
+
+from ..errors import InfeasibleError
+from ..problem import Problem
+from ._common import Stopwatch, evaluate, make_plan
+from .pipeline_common import Contracted
+from .pipeline_eval import ClassEvaluator
+
+NAME = "partitioner"
+SCALE = 1_000_000  # METIS wants integer weights
+
+
+def _metis_parts(ev: ClassEvaluator, n_parts: int, seed: int, ufactor: int) -> np.ndarray:
+    c = ev.contracted
+    n = c.num_classes
+    finite = np.where(np.isfinite(ev.time), ev.time, np.nan)
+    fastest = np.nanmin(finite, axis=1)
+    total = max(float(np.nansum(fastest)), 1e-300)
+    vweights = [max(1, int(round(SCALE * w / total))) for w in np.nan_to_num(fastest)]
+    adj: list[dict[int, float]] = [dict() for _ in range(n)]
+    ks, pcs, ccs, hop = ev._edges
+    for k, a, b in zip(ks, pcs, ccs):
+        w = float(np.max(hop[k]))
+        if a != b:
+            adj[a][b] = adj[a].get(b, 0.0) + w
+            adj[b][a] = adj[b].get(a, 0.0) + w
+    scale = max((w for row in adj for w in row.values()), default=1.0) or 1.0
+    xadj, adjncy, eweights = [0], [], []
+    for row in adj:
+        for b, w in sorted(row.items()):
+            adjncy.append(b)
+            eweights.append(max(1, int(round(1000 * w / scale))))
+        xadj.append(len(adjncy))
+    speed = np.array([1.0 / max(float(np.nansum(finite[:, j])), 1e-300) for j in range(len(ev.devices))])
+    tpwgts = list(speed / speed.sum())
+    if n_parts == 1 or n < n_parts:
+        return np.zeros(n, dtype=np.int64)
+    opts = pymetis.Options(seed=seed, ufactor=ufactor)
+    _, parts = pymetis.part_graph(n_parts, adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=vweights,
+                                  eweights=eweights, tpwgts=tpwgts, options=opts)
+    return np.array(parts, dtype=np.int64)
+
+
+def _repair(ev: ClassEvaluator, dev: np.ndarray) -> np.ndarray | None:
+    """Move classes off devices that cannot run or hold them, to the feasible device they load least."""
+    n_dev = len(ev.devices)
+    dev = dev.copy()
+    for c in range(len(dev)):
+        if not math.isfinite(ev.time[c, dev[c]]):
+            dev[c] = int(np.nanargmin(np.where(np.isfinite(ev.time[c]), ev.time[c], np.nan)))
+    used = np.bincount(dev, weights=ev.size, minlength=n_dev)
+    for c in np.argsort(-ev.size):
+        j = dev[c]
+        if used[j] <= ev.capacity[j]:
+            continue
+        options = [k for k in range(n_dev) if k != j and math.isfinite(ev.time[c, k])
+                   and used[k] + ev.size[c] <= ev.capacity[k]]
+        if not options:
+            return None
+        k = min(options, key=lambda k: ev.time[c, k])
+        used[j] -= ev.size[c]
+        used[k] += ev.size[c]
+        dev[c] = k
+    return dev
+
+
+def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
+    watch = Stopwatch(time_limit)
+    contracted = Contracted(problem)
+    ev = ClassEvaluator(problem, contracted)
+    best = None
+    for trial, ufactor in enumerate((30, 100, 300, 1000)):
+        for s in range(3):
+            dev = _repair(ev, _metis_parts(ev, len(ev.devices), seed * 7 + s, ufactor))
+            if dev is None:
+                continue
+            placement = ev.placement(dev)
+            parts = {t: [(d, problem.batch_size)] for t, d in placement.items()}
+            value = evaluate(problem, parts)[0]
+            if best is None or value < best[0]:
+                best = (value, placement)
+            if watch.expired:
+                break
+        if watch.expired:
+            break
+    if best is None:
+        raise InfeasibleError("the partitioner found no split that fits the memory limits")
+    return make_plan(problem, placement=best[1], solver=NAME, status="feasible", watch=watch)

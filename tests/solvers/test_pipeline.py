@@ -1,0 +1,116 @@
+"""Pipeline (max-load) partitioning on the NeurIPS 2020 graphs: the DP and IP against the published optima."""
+
+from dataclasses import replace
+from itertools import product
+
+import pytest
+
+import diviml
+from diviml import InputError, Objective, Problem
+from diviml.generators import layered_dag
+from diviml.simulate import pipeline_loads
+from diviml.validate import validate
+
+REFERENCE = {  # optimal contiguous max-load, the authors' DP (shared/data/tarnawski2020/README.md)
+    "LayerGraphs/bert24_inference": 17.78990625,
+    "LayerGraphs/bert24_training": 41.7458125,
+    "LayerGraphs/resnet50_inference": 33.774666015625,
+    "LayerGraphs/resnet50_training": 78.63181250000001,
+    "OperatorGraphs/bert_l-3_inference": 27.9185676799125,
+    "OperatorGraphs/resnet50_inference": 124.34884977404485,
+}
+NON_CONTIGUOUS = {"LayerGraphs/bert24_training": 39.7895388794, "OperatorGraphs/bert_l-3_inference": 21.9083761057}
+
+
+def scenario(data_dir, name, **objective):
+    return diviml.load_problem(data_dir / "throughput-inputs" / f"{name}.json",
+                               objective=Objective("pipeline", **objective))
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_the_dp_reproduces_the_published_contiguous_optima(data_dir, name):
+    p = scenario(data_dir, name, contiguous=True)
+    plan = diviml.solve(p, "dp", time_limit=120)
+    assert plan.objective == pytest.approx(REFERENCE[name], rel=1e-6)
+    assert plan.status == "optimal" and validate(plan, p).ok
+
+
+@pytest.mark.slow
+def test_the_dp_reproduces_the_bert_operator_training_optimum(data_dir):
+    p = scenario(data_dir, "OperatorGraphs/bert_l-3_training", contiguous=True)
+    plan = diviml.solve(p, "dp", time_limit=900)
+    assert plan.objective == pytest.approx(65.30314912208605, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(NON_CONTIGUOUS))
+def test_the_non_contiguous_ip_reaches_the_known_optima_below_the_contiguous_ones(data_dir, name):
+    p = scenario(data_dir, name)
+    plan = diviml.solve(p, "ip", time_limit=120, engine="highs")
+    assert plan.status == "optimal" and validate(plan, p).ok
+    assert plan.objective == pytest.approx(NON_CONTIGUOUS[name], rel=1e-6)
+    assert plan.objective <= REFERENCE[name]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_contiguous_ip_agrees_with_the_dp(seed):
+    p = Problem(layered_dag(14, seed=seed), diviml.preset("paper-server"), Objective("pipeline", contiguous=True))
+    dp = diviml.solve(p, "dp", time_limit=30)
+    ip = diviml.solve(p, "ip", time_limit=30, engine="highs")
+    assert ip.status == "optimal" and validate(ip, p).ok
+    assert ip.objective == pytest.approx(dp.objective, rel=1e-6)
+
+
+def brute_force(p: Problem, contiguous: bool) -> float:
+    from diviml.validate import _contiguity_violations
+    devices = [d.name for d in p.platform.devices]
+    best = float("inf")
+    for combo in product(devices, repeat=len(p.graph)):
+        placement = dict(zip(p.graph.topological_order, combo))
+        if any(p.graph.by_id[t].memory_bytes > 0 for t in placement):
+            pass
+        if contiguous and _contiguity_violations(p, placement):
+            continue
+        best = min(best, pipeline_loads(p, placement).objective)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_dp_and_ip_are_exact_on_small_random_graphs(seed):
+    g = layered_dag(7, seed=seed)
+    p = Problem(g, diviml.preset("paper-server"), Objective("pipeline", contiguous=True))
+    opt = brute_force(p, contiguous=False)
+    assert diviml.solve(replace(p, objective=Objective("pipeline")), "ip", time_limit=60,
+                        engine="highs").objective == pytest.approx(opt, rel=1e-9)
+    dp = diviml.solve(p, "dp", time_limit=60)
+    assert opt <= dp.objective * (1 + 1e-12)
+    assert dp.objective <= brute_force(p, contiguous=True) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("solver", ["local-search", "pipedream", "partitioner", "greedy", "best-device"])
+def test_baselines_give_valid_plans_no_better_than_the_exact_optimum(data_dir, solver):
+    p = scenario(data_dir, "LayerGraphs/bert24_inference")
+    plan = diviml.solve(p, solver, time_limit=5, seed=1)
+    assert validate(plan, p).ok
+    assert plan.objective >= NON_CONTIGUOUS.get("LayerGraphs/bert24_inference", 17.7) * (1 - 1e-9)
+
+
+def test_pipedream_chain_split_is_contiguous_and_no_better_than_the_dp(data_dir):
+    p = scenario(data_dir, "LayerGraphs/resnet50_inference", contiguous=True)
+    chain = diviml.solve(p, "pipedream", time_limit=30)
+    assert validate(chain, p).ok
+    assert chain.objective >= REFERENCE["LayerGraphs/resnet50_inference"] * (1 - 1e-9)
+
+
+def test_gpipe_training_objective_is_solved_by_the_ip_and_refused_by_the_dp(data_dir):
+    p = scenario(data_dir, "LayerGraphs/bert24_training", training="gpipe")
+    with pytest.raises(InputError, match="GPipe"):
+        diviml.solve(p, "dp", time_limit=10)
+    plan = diviml.solve(p, "ip", time_limit=10, engine="highs")
+    loads = pipeline_loads(p, plan.placement)
+    assert plan.objective == pytest.approx(max(loads.forward.values()) + max(loads.backward.values()))
+
+
+def test_the_dp_budget_fails_with_a_clear_message(data_dir):
+    p = scenario(data_dir, "OperatorGraphs/bert_l-3_inference", contiguous=True)
+    with pytest.raises(InputError, match="more than 100 ideals"):
+        diviml.solve(p, "dp", time_limit=60, max_ideals=100)
