@@ -45,6 +45,8 @@ def critical_path_bound(problem: Problem) -> float:
             cost[t.id] = min(problem.time(t.id, d) for d in problem.allowed_devices[t.id])
     if problem.objective.kind == "pipeline":
         return max(cost.values(), default=0.0)
+    # latency, batch and call-latency: the longest path (host CPUs run in parallel, so no work bound
+    # for call-latency beyond it)
     longest: dict[str, float] = {}
     for t in graph.topological_order:
         longest[t] = cost[t] + max((longest[u] for u in graph.predecessors[t]), default=0.0)
@@ -52,7 +54,11 @@ def critical_path_bound(problem: Problem) -> float:
 
 
 def work_bound(problem: Problem) -> float:
-    """min T: tasks fractionally spread over allowed devices, each device's work <= T, memory respected."""
+    """min T: tasks fractionally spread over allowed devices, each device's work <= T, memory respected.
+
+    Not a bound for call-latency, where host CPU tasks run in parallel (0 then)."""
+    if problem.objective.kind == "call-latency":
+        return 0.0
     raw = _unit_costs(problem)
     unit = _unit(raw)
     costs = {t: {d: v * unit for d, v in row.items()} for t, row in raw.items()}

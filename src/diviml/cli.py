@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import solvers
 from .errors import DivimlError, InputError
+from .graph import write_text_atomic
 from .frontends import neurips2020
 from .io import load_input, load_problem
 from .plan import Plan
@@ -38,6 +39,8 @@ def _add_problem_options(p: argparse.ArgumentParser, default_objective: str | No
                    help="training objective for pipelines of training graphs")
     p.add_argument("--contiguous", action=argparse.BooleanOptionalAction, default=False,
                    help="pipeline: every device holds a convex node set")
+    p.add_argument("--calls", type=int, default=1,
+                   help="call-latency: calls (contiguous subgraphs) per accelerator, q (default 1)")
     p.add_argument("--accelerators", type=int, help="NeurIPS scenario: override k")
     p.add_argument("--cpus", type=int, help="NeurIPS scenario: override l")
     p.add_argument("--memory", type=float, help="NeurIPS scenario: override bytes per accelerator")
@@ -46,7 +49,7 @@ def _add_problem_options(p: argparse.ArgumentParser, default_objective: str | No
 
 def _problem(args, objective_kind: str | None = None) -> Problem:
     kind = objective_kind or args.objective
-    objective = Objective(kind, args.batch, args.training, args.contiguous)
+    objective = Objective(kind, args.batch, args.training, args.contiguous, args.calls)
     return load_problem(args.input, platform=args.platform, objective=objective, accelerators=args.accelerators,
                         cpus=args.cpus, memory=args.memory)
 
@@ -75,13 +78,17 @@ def cmd_schedule(args) -> dict:
     if not args.quiet:
         options["progress"] = _progress
     plan = solvers.solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed, **options)
+    # everything is rendered before anything is written: a failure leaves no partial set of outputs
+    outputs: list[tuple[str, str | bytes]] = []
     if args.out:
-        plan.save(args.out)
+        outputs.append((args.out, json.dumps(plan.to_dict(), indent=1)))
     for path in (args.gantt or []):
-        gantt.save(plan, problem, path)
+        outputs.append((path, gantt.render(plan, problem, path)))
     if args.split_out:
         loads = pipeline_loads(problem, plan.placement).total if plan.objective_kind == "pipeline" else None
-        neurips2020.save_split(args.split_out, plan, problem.platform, loads)
+        outputs.append((args.split_out, json.dumps(neurips2020.plan_to_split(plan, problem.platform, loads), indent=1)))
+    for path, content in outputs:
+        write_text_atomic(path, content)
     out = plan.summary()
     if problem.objective.kind == "batch":
         out["throughput"] = problem.batch_size / plan.objective if plan.objective > 0 else float("inf")

@@ -9,7 +9,7 @@ from .errors import InfeasibleError, InputError
 from .graph import TaskGraph
 from .platform import Platform
 
-OBJECTIVES = ("latency", "batch", "pipeline")
+OBJECTIVES = ("latency", "batch", "pipeline", "call-latency")
 TRAINING_OBJECTIVES = ("pipedream", "gpipe")
 
 
@@ -23,12 +23,16 @@ class Objective:
     - ``pipeline``: steady-state time per sample of a pipeline = max device load; for training graphs
       ``training`` picks PipeDream (max of forward+backward load) or GPipe (max forward + max backward).
       ``contiguous`` asks for convex node sets per device.
+    - ``call-latency``: the NeurIPS 2020 latency model: each accelerator runs its node set as at most
+      ``max_calls`` calls (inputs in, compute, outputs out), one after another; host CPU tasks run as soon
+      as their inputs are ready, with unbounded parallelism.
     """
 
     kind: str = "latency"
     batch_size: int | None = None
     training: str = "pipedream"
     contiguous: bool = False
+    max_calls: int = 1
 
     def __post_init__(self):
         if self.kind not in OBJECTIVES:
@@ -36,6 +40,8 @@ class Objective:
         if self.training not in TRAINING_OBJECTIVES:
             raise InputError(f"unknown training objective {self.training!r}: choose "
                              f"{' or '.join(TRAINING_OBJECTIVES)}")
+        if self.max_calls < 1:
+            raise InputError(f"calls per accelerator must be >= 1, got {self.max_calls}")
         if self.batch_size is not None and self.batch_size < 1:
             raise InputError(f"batch size must be >= 1, got {self.batch_size}")
 

@@ -201,3 +201,114 @@ def pipeline_loads(problem: Problem, placement: Mapping[str, str]) -> Loads:
     else:
         objective = max(fwd[d] + bwd[d] for d in fwd)
     return Loads(fwd, bwd, objective)
+
+
+@dataclass(frozen=True)
+class Call:
+    device: str
+    tasks: tuple[str, ...]
+    start: float
+    finish: float
+
+
+@dataclass(frozen=True)
+class CallSchedule:
+    calls: tuple[Call, ...]  # accelerator calls and single host-CPU tasks
+    makespan: float
+
+
+def call_blocks(problem: Problem, placement: Mapping[str, str]) -> dict[str, list[list[str]]]:
+    """Each non-host device's tasks cut into calls: maximal runs of a topological order that keeps a
+    device's tasks together where the graph allows (ties go to the device of the previous task)."""
+    graph = problem.graph
+    indegree = {t: len(graph.predecessors[t]) for t in graph.topological_order}
+    position = {t: i for i, t in enumerate(graph.topological_order)}
+    ready = sorted((t for t, k in indegree.items() if k == 0), key=position.get)
+    order, last = [], None
+    while ready:
+        same = [t for t in ready if placement[t] == last]
+        t = same[0] if same else ready[0]
+        ready.remove(t)
+        order.append(t)
+        last = placement[t]
+        for v in graph.successors[t]:
+            indegree[v] -= 1
+            if indegree[v] == 0:
+                ready.append(v)
+        ready.sort(key=position.get)
+    blocks: dict[str, list[list[str]]] = {}
+    previous = None
+    for t in order:
+        d = placement[t]
+        if problem.platform.by_name[d].is_host:
+            previous = d
+            continue
+        if previous == d:
+            blocks[d][-1].append(t)
+        else:
+            blocks.setdefault(d, []).append([t])
+        previous = d
+    return blocks
+
+
+def call_latency(problem: Problem, placement: Mapping[str, str]) -> CallSchedule:
+    """Makespan under the NeurIPS 2020 latency model (see :class:`diviml.problem.Objective`).
+
+    A call starts when the previous call on its accelerator has ended and every outside input is in host
+    memory; it lasts the hops in of its outside inputs (each producer once), its compute and the hops out
+    of its outputs that leave it (each producer once). A host task starts when its inputs are in host memory.
+    """
+    graph, platform = problem.graph, problem.platform
+    blocks = call_blocks(problem, placement)
+    for d, bs in blocks.items():
+        if len(bs) > problem.objective.max_calls:
+            raise ValidationError(f"device {d!r} needs {len(bs)} calls, more than the {problem.objective.max_calls} "
+                                  "allowed: give it a contiguous node set or allow more calls")
+    unit_of: dict[str, tuple] = {}
+    units: list[tuple[str, tuple[str, ...]]] = []
+    for d, bs in blocks.items():
+        for b in bs:
+            units.append((d, tuple(b)))
+    for t in graph.topological_order:
+        if platform.by_name[placement[t]].is_host:
+            units.append((placement[t], (t,)))
+    for k, (_, tasks) in enumerate(units):
+        for t in tasks:
+            unit_of[t] = k
+    finish: dict[int, float] = {}
+    calls: list[Call] = []
+    device_free: dict[str, float] = {}
+    next_call = {d: 0 for d in blocks}
+    remaining = list(range(len(units)))
+    while remaining:
+        progressed = False
+        for k in list(remaining):
+            d, tasks = units[k]
+            host = platform.by_name[d].is_host
+            if not host and blocks[d].index(list(tasks)) != next_call[d]:
+                continue
+            inside = set(tasks)
+            producers = {u for t in tasks for u in graph.predecessors[t] if u not in inside}
+            if any(unit_of[u] not in finish for u in producers):
+                continue
+            ready = max((finish[unit_of[u]] for u in producers), default=0.0)
+            if host:
+                start = ready
+                duration = problem.time(tasks[0], d)
+            else:
+                start = max(ready, device_free.get(d, 0.0))
+                device = platform.by_name[d]
+                hops_in = sum(platform.hop_time(graph.by_id[u], device) for u in producers)
+                leaving = [t for t in tasks if any(v not in inside for v in graph.successors[t])]
+                hops_out = sum(platform.hop_time(graph.by_id[t], device) for t in leaving)
+                duration = hops_in + sum(problem.time(t, d) for t in tasks) + hops_out
+                device_free[d] = start + duration
+                next_call[d] += 1
+            finish[k] = start + duration
+            calls.append(Call(d, tasks, start, start + duration))
+            remaining.remove(k)
+            progressed = True
+        if not progressed:
+            raise ValidationError("the accelerator calls depend on each other in a cycle: give each accelerator "
+                                  "node sets whose calls can run in order")
+    return CallSchedule(tuple(calls), max((c.finish for c in calls), default=0.0))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .errors import ValidationError
 from .plan import Plan
 from .problem import Problem
-from .simulate import pipeline_loads
+from .simulate import call_latency, pipeline_loads
 
 REL_TOL = 1e-6
 ABS_TOL = 1e-9
@@ -79,6 +79,12 @@ def validate(plan: Plan, problem: Problem) -> Report:
 
     if kind == "pipeline":
         objective = pipeline_loads(problem, plan.placement).objective
+    elif kind == "call-latency":
+        try:
+            objective = call_latency(problem, plan.placement).makespan
+        except ValidationError as exc:
+            v.append(str(exc))
+            objective = None
     else:
         objective = _check_schedule(plan, problem, v)
     if objective is not None:

@@ -98,3 +98,34 @@ def test_plans_export_back_to_the_split_format_and_reimport(data_dir):
     split = neurips2020.plan_to_split(plan, problem.platform)
     assert neurips2020.split_to_placement(split, problem.graph, problem.platform) == plan.placement
     assert split["maxLoad"] == plan.objective
+
+
+def _call_problem(calls):
+    data = _tiny_scenario()
+    return diviml.Problem(neurips2020.graph_from_scenario(data), neurips2020.platform_from_scenario(data),
+                          Objective("call-latency", max_calls=calls))
+
+
+def test_call_latency_runs_an_accelerator_set_as_one_call_with_hops_in_and_out():
+    from diviml.simulate import call_latency
+    p = _call_problem(1)
+    s = call_latency(p, {"1": "cpu0", "2": "acc0", "3": "cpu0"})
+    # cpu: node 1 [0, 10]; acc0 call [2]: in 0.5 + compute 2 + out 0.25 -> [10, 12.75]; cpu: node 3 -> 42.75
+    assert s.makespan == pytest.approx(42.75)
+
+
+def test_call_latency_allows_at_most_q_calls_per_accelerator():
+    from diviml.simulate import call_latency
+    from diviml import ValidationError
+    placement = {"1": "acc0", "2": "cpu0", "3": "acc0"}
+    with pytest.raises(ValidationError, match="needs 2 calls"):
+        call_latency(_call_problem(1), placement)
+    # call [1]: compute 1 + out 0.5; cpu node 2 [1.5, 21.5]; call [3]: in 0.5 + 0.25, compute 3 -> 25.25
+    assert call_latency(_call_problem(2), placement).makespan == pytest.approx(25.25)
+
+
+def test_latency_scenarios_schedule_under_the_call_model(data_dir):
+    p = diviml.load_problem(data_dir / "latency-inputs/LayerGraphs/bert24_inference.json",
+                            objective=Objective("call-latency", max_calls=2))
+    plan = diviml.solve(p, "greedy", time_limit=10)
+    assert diviml.validate(plan, p).ok and plan.bound <= plan.objective

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import InputError
-from ..graph import Task, TaskGraph, read_json, write_text_atomic
+from ..graph import Task, TaskGraph, read_json
 from ..plan import Plan
 from ..platform import Device, Link, Platform
 
@@ -142,8 +142,3 @@ def plan_to_split(plan: Plan, platform: Platform, loads: Mapping[str, float] | N
     return {"fpgas": [entry(d.name) for d in platform.devices if d.type == ACCELERATOR],
             "cpus": [entry(d.name) for d in platform.devices if d.type == CPU],
             "maxLoad": plan.objective}
-
-
-def save_split(path: str | Path, plan: Plan, platform: Platform, loads=None) -> None:
-    import json
-    write_text_atomic(path, json.dumps(plan_to_split(plan, platform, loads), indent=1))

@@ -47,6 +47,12 @@ def check_format(path: str | Path) -> None:
 
 def bars_and_transfers(plan: Plan, problem: Problem) -> tuple[list[Bar], list[Transfer]]:
     graph, platform = problem.graph, problem.platform
+    if plan.objective_kind == "call-latency":  # one bar per accelerator call or host task
+        from ..simulate import call_latency
+        calls = call_latency(problem, plan.placement).calls
+        last = max(calls, key=lambda c: c.finish) if calls else None
+        return [Bar(c.device, c.tasks[0] if len(c.tasks) == 1 else f"{len(c.tasks)} tasks from {c.tasks[0]}",
+                    c.start, c.finish, plan.batch_size, c is last) for c in calls], []
     jobs = []
     for a in plan.assignments:
         b = a.batch or plan.batch_size
@@ -100,14 +106,16 @@ def critical_path(plan: Plan, problem: Problem, jobs) -> set[tuple[str, str]]:
     return path
 
 
-def save(plan: Plan, problem: Problem, path: str | Path) -> None:
-    """Draw ``plan`` to ``path`` (.png, .svg or .html); writes the whole file or nothing."""
+def render(plan: Plan, problem: Problem, path: str | Path) -> str | bytes:
+    """The picture of ``plan`` in the format ``path`` names (.png, .svg or .html)."""
     check_format(path)
     suffix = Path(path).suffix.lower()
-    if suffix == ".html":
-        write_text_atomic(path, html_page(plan, problem))
-    else:
-        write_text_atomic(path, _matplotlib_bytes(plan, problem, suffix[1:]))
+    return html_page(plan, problem) if suffix == ".html" else _matplotlib_bytes(plan, problem, suffix[1:])
+
+
+def save(plan: Plan, problem: Problem, path: str | Path) -> None:
+    """Draw ``plan`` to ``path``; writes the whole file or nothing."""
+    write_text_atomic(path, render(plan, problem, path))
 
 
 def _title(plan: Plan, problem: Problem) -> str:
@@ -179,7 +187,7 @@ def html_page(plan: Plan, problem: Problem) -> str:
         data = {"kind": "timeline", "devices": devices,
                 "bars": [{"device": b.device, "task": b.task, "start": b.start, "finish": b.finish,
                           "batch": b.batch, "critical": b.critical,
-                          "module": problem.graph.by_id[b.task].module or ""} for b in bars],
+                          "module": getattr(problem.graph.by_id.get(b.task), "module", None) or ""} for b in bars],
                 "transfers": [tr.__dict__ for tr in transfers], "objective": plan.objective}
     summary = plan.summary()
     rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in summary.items())

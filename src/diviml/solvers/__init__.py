@@ -21,7 +21,7 @@ class SolverInfo:
 
 
 REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
-    SolverInfo("best-device", "best_device", ("latency", "batch", "pipeline"),
+    SolverInfo("best-device", "best_device", ("latency", "batch", "pipeline", "call-latency"),
                "the whole graph on the single device that runs it fastest (baseline)"),
     SolverInfo("heft", "heft", ("latency", "batch"),
                "HEFT: upward rank, insertion-based earliest finish time, memory-aware (baseline)"),
@@ -39,7 +39,7 @@ REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
                "PipeDream-style optimal split of the linearised graph into consecutive stages (baseline)"),
     SolverInfo("partitioner", "partitioner", ("latency", "batch", "pipeline"),
                "METIS graph partition with speed-proportional parts, repaired for memory (baseline)"),
-    SolverInfo("greedy", "greedy", ("latency", "batch", "pipeline"),
+    SolverInfo("greedy", "greedy", ("latency", "batch", "pipeline", "call-latency"),
                "memory-aware topological fill of devices, fastest first, towards balanced load (baseline)"),
 )}
 

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 from ..bounds import lower_bound
 from ..plan import Assignment, Plan
 from ..problem import Problem
-from ..simulate import Parts, parts_from_placement, pipeline_loads, schedule
+from ..simulate import Parts, call_latency, parts_from_placement, pipeline_loads, schedule
 from ..validate import check
 
 
@@ -33,9 +33,12 @@ class Stopwatch:
 def evaluate(problem: Problem, parts: Parts, order: Mapping[str, Sequence[tuple[str, int]]] | None = None
              ) -> tuple[float, tuple[Assignment, ...]]:
     """Objective and assignments (with start times where the objective has them) of a decision."""
-    if problem.objective.kind == "pipeline":
+    if problem.objective.kind in ("pipeline", "call-latency"):
         placement = {t: p[0][0] for t, p in parts.items()}
-        value = pipeline_loads(problem, placement).objective
+        if problem.objective.kind == "pipeline":
+            value = pipeline_loads(problem, placement).objective
+        else:
+            value = call_latency(problem, placement).makespan
         return value, tuple(Assignment(t, placement[t]) for t in problem.graph.topological_order)
     sched = schedule(problem, parts, order)
     batch = problem.objective.kind == "batch"
