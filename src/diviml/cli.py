@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_problem_options(p: argparse.ArgumentParser, default_objective: str | None = "latency") -> None:
-    p.add_argument("input", help="diviml graph JSON or NeurIPS 2020 scenario file (auto-detected)")
+    p.add_argument("input", help="diviml graph JSON, NeurIPS 2020 scenario file (auto-detected) or zoo model name")
     p.add_argument("--platform", help=f"preset ({', '.join(preset_names())}) or YAML/JSON file; "
                    "default: the scenario's own machine, else paper-server")
     p.add_argument("--objective", choices=OBJECTIVES, default=default_objective)
@@ -51,7 +51,7 @@ def _problem(args, objective_kind: str | None = None) -> Problem:
     kind = objective_kind or args.objective
     objective = Objective(kind, args.batch, args.training, args.contiguous, args.calls)
     return load_problem(args.input, platform=args.platform, objective=objective, accelerators=args.accelerators,
-                        cpus=args.cpus, memory=args.memory)
+                        cpus=args.cpus, memory=args.memory, progress=None if getattr(args, "quiet", True) else _progress)
 
 
 def _progress(message: str) -> None:
@@ -117,6 +117,34 @@ def cmd_validate(args) -> dict:
             "solver": plan.solver}
 
 
+def cmd_profile(args) -> dict:
+    from .frontends.pytorch import profile_zoo
+    from .zoo import get
+    get(args.model)
+    try:
+        batches = [int(b) for b in args.batch.split(",")]
+    except ValueError:
+        raise InputError(f"--batch {args.batch!r}: give batch sizes like 1,8,32") from None
+    if any(b < 1 for b in batches):
+        raise InputError("batch sizes must be >= 1")
+    if args.out and not Path(args.out).resolve().parent.is_dir():
+        raise InputError(f"cannot write {args.out}: its folder does not exist")
+    device = None if args.device == "none" else args.device
+    graph = profile_zoo(args.model, batches=batches, device=device, repeats=args.repeats, threads=args.threads,
+                        progress=None if args.quiet else _progress)
+    if args.out:
+        graph.save(args.out)
+    times = {dt: sum(t.time.get(dt, 0.0) for t in graph.tasks) for dt in sorted(graph.device_types)}
+    return {"model": args.model, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
+            "flops": sum(t.flops or 0.0 for t in graph.tasks), "memory_bytes": sum(t.memory_bytes for t in graph.tasks),
+            "total_time_s": times, "measured": device, "written": [args.out] if args.out else []}
+
+
+def cmd_models(args) -> dict:
+    from .zoo import MODELS
+    return {"models": {name: spec.summary for name, spec in MODELS.items()}}
+
+
 def cmd_platforms(args) -> dict:
     out = {}
     for name in preset_names():
@@ -150,6 +178,18 @@ def _print_human(command: str, out: dict) -> None:
         for v in out["violations"]:
             print(f"  - {v}")
         print(f"objective {out['objective']} (claimed {out['claimed_objective']}), bound {out['bound']}")
+        return
+    if command == "models":
+        for name, summary in out["models"].items():
+            print(f"{name:<20} {summary}")
+        return
+    if command == "profile":
+        print(f"{out['model']}: {out['tasks']} tasks, {out['edges']} edges, batch {out['batch_size']}, "
+              f"{out['flops'] / 1e9:.3g} GFLOP, {out['memory_bytes'] / 1e6:.4g} MB of weights")
+        for dt, t in out["total_time_s"].items():
+            print(f"  {dt:<6} {t * 1e3:.4g} ms ({'measured' if dt == out['measured'] else 'roofline'})")
+        for p in out["written"]:
+            print(f"wrote {p}")
         return
     if command == "evaluate":
         for d, load in out["loads"].items():
@@ -190,6 +230,18 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a plan against its problem")
     _add_problem_options(v, default_objective=None)
     v.add_argument("plan", help="plan JSON written by 'diviml schedule --out'")
+    pr = sub.add_parser("profile", help="capture and cost a zoo model into a diviml graph")
+    pr.add_argument("model", help="a name from 'diviml models'")
+    pr.add_argument("--batch", default="1", help="batch sizes, comma-separated; the first is the graph's (default 1)")
+    pr.add_argument("--device", default="cpu", choices=("cpu", "none"),
+                    help="where to measure (none: analytic costs only, weights never allocated)")
+    pr.add_argument("--repeats", type=int, default=5, help="timed runs per operator (median kept)")
+    pr.add_argument("--threads", type=int, default=1, help="CPU threads while measuring (fixed)")
+    pr.add_argument("--out", help="write the graph JSON")
+    pr.add_argument("--quiet", action="store_true")
+    pr.add_argument("--json", action="store_true")
+    mo = sub.add_parser("models", help="list the model zoo")
+    mo.add_argument("--json", action="store_true")
     p = sub.add_parser("platforms", help="list the platform presets")
     p.add_argument("--json", action="store_true")
     so = sub.add_parser("solvers", help="list the solvers")
@@ -197,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"schedule": cmd_schedule, "evaluate": cmd_evaluate, "validate": cmd_validate,
+COMMANDS = {"schedule": cmd_schedule, "evaluate": cmd_evaluate, "validate": cmd_validate, "profile": cmd_profile,
+            "models": cmd_models,
             "platforms": cmd_platforms, "solvers": cmd_solvers}
 
 

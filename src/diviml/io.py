@@ -22,7 +22,13 @@ class Input:
 
 
 def load_input(path: str | Path, *, accelerators: int | None = None, cpus: int | None = None,
-               memory: float | None = None) -> Input:
+               memory: float | None = None, progress=None) -> Input:
+    """A graph file, a NeurIPS scenario, or a model zoo name (profiled on this CPU, batch 1)."""
+    if not Path(path).exists():
+        from . import zoo
+        if str(path) in zoo.MODELS:
+            from .frontends.pytorch import profile_zoo
+            return Input(profile_zoo(str(path), repeats=3, progress=progress), None, "model")
     data = read_json(path)
     if neurips2020.is_scenario(data):
         graph = neurips2020.graph_from_scenario(data, Path(path).stem)
@@ -39,7 +45,7 @@ def load_input(path: str | Path, *, accelerators: int | None = None, cpus: int |
 
 def load_problem(path: str | Path, *, platform: str | Platform | None = None, objective: Objective | None = None,
                  **overrides) -> Problem:
-    """Problem from an INPUT file; ``platform`` (preset, file or object) overrides a scenario's own."""
+    """Problem from an INPUT (graph file, scenario or zoo model name); ``platform`` overrides a scenario's own."""
     inp = load_input(path, **overrides)
     if isinstance(platform, Platform):
         plat = platform

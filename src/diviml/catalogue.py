@@ -1,0 +1,61 @@
+"""Device specifications for the analytic cost model, each number with its public source.
+
+The roofline time of an operator on a device is ``max(flops / peak_flops, bytes / memory_bandwidth) +
+launch_overhead``. Peak rates are the dense FP32 figures (no tensor-core TF32/FP16), since profiled graphs
+run in FP32; calibrate against measurements where a device is present (see :mod:`diviml.frontends.pytorch`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import InputError
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    name: str
+    peak_flops: float  # FLOP/s, FP32 dense
+    memory_bandwidth: float  # bytes/s
+    memory_bytes: float
+    launch_overhead: float  # seconds per operator
+    sources: dict
+
+    def roofline(self, flops: float, nbytes: float) -> float:
+        return max(flops / self.peak_flops, nbytes / self.memory_bandwidth) + self.launch_overhead
+
+
+CATALOGUE: dict[str, DeviceSpec] = {s.name: s for s in (
+    DeviceSpec("cpu", 1.6e12, 140.8e9, 192e9, 2e-6, {
+        "peak_flops": "Intel Xeon Gold 6248: 20 cores x 2.5 GHz x 2 AVX-512 FMA units x 16 FP32 lanes x 2 = 1.6 TFLOP/s "
+                      "(Intel ark: 20 cores, 2.5 GHz base, 2 FMA units)",
+        "memory_bandwidth": "6 channels DDR4-2933 x 8 bytes x 2933 MT/s = 140.8 GB/s (Intel ark: 6 channels DDR4-2933)",
+        "memory_bytes": "assumed 192 GB host RAM",
+        "launch_overhead": "assumed 2 us per operator dispatch in PyTorch eager (order of magnitude)"}),
+    DeviceSpec("v100", 14e12, 900e9, 16e9, 5e-6, {
+        "peak_flops": "NVIDIA Tesla V100 PCIe datasheet: 14 TFLOP/s FP32",
+        "memory_bandwidth": "NVIDIA Tesla V100 datasheet: 900 GB/s HBM2",
+        "memory_bytes": "NVIDIA Tesla V100 datasheet: 16 GB variant",
+        "launch_overhead": "assumed 5 us per kernel launch (order of magnitude of CUDA launch latency)"}),
+    DeviceSpec("a100", 19.5e12, 1555e9, 40e9, 5e-6, {
+        "peak_flops": "NVIDIA A100 datasheet: 19.5 TFLOP/s FP32",
+        "memory_bandwidth": "NVIDIA A100 40GB PCIe datasheet: 1,555 GB/s HBM2",
+        "memory_bytes": "NVIDIA A100 datasheet: 40 GB variant",
+        "launch_overhead": "assumed 5 us per kernel launch"}),
+    DeviceSpec("h100", 51e12, 2.0e12, 80e9, 5e-6, {
+        "peak_flops": "NVIDIA H100 datasheet: 51 TFLOP/s FP32 (H100 PCIe)",
+        "memory_bandwidth": "NVIDIA H100 datasheet: 2 TB/s HBM2e (H100 PCIe)",
+        "memory_bytes": "NVIDIA H100 datasheet: 80 GB",
+        "launch_overhead": "assumed 5 us per kernel launch"}),
+    DeviceSpec("l4", 30.3e12, 300e9, 24e9, 5e-6, {
+        "peak_flops": "NVIDIA L4 datasheet: 30.3 TFLOP/s FP32",
+        "memory_bandwidth": "NVIDIA L4 datasheet: 300 GB/s GDDR6",
+        "memory_bytes": "NVIDIA L4 datasheet: 24 GB",
+        "launch_overhead": "assumed 5 us per kernel launch"}),
+)}
+
+
+def spec(name: str) -> DeviceSpec:
+    if name not in CATALOGUE:
+        raise InputError(f"no device spec for {name!r}: choose one of {', '.join(CATALOGUE)}")
+    return CATALOGUE[name]

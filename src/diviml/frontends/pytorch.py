@@ -1,0 +1,312 @@
+"""PyTorch front end: a ``torch.nn.Module`` and example inputs -> a TaskGraph with per-device costs.
+
+Capture: ``torch.export`` (decomposed to core ATen operators) first, ``torch.fx.symbolic_trace`` as a
+fallback; if both fail, the error names what broke capture. One task per operator; getitem nodes are
+folded into the operator whose tuple they unpack; parameters and buffers are not tasks but resident memory
+of the first task that uses them; every task keeps the module path it came from.
+
+Costs: FLOPs (convolutions, matrix products; elementwise, normalisation and pooling count one FLOP per
+output element and are memory-bound through their bytes) and bytes moved per task; measured time on the
+CPU (warm-up, repeats, median, a fixed thread count) at several batch sizes; an analytic roofline time for
+the devices of :mod:`diviml.catalogue` that are not measured.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from ..catalogue import spec
+from ..errors import InputError
+from ..graph import Task, TaskGraph
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise InputError("the PyTorch front end needs torch: pip install 'diviml[torch]'") from None
+    return torch
+
+
+@dataclass
+class Captured:
+    """A captured model: its graph module, the values of all its placeholders, and where they came from."""
+    gm: object  # torch.fx.GraphModule
+    args: list  # placeholder values in graph order
+    state: dict  # placeholder name -> qualified parameter/buffer name
+    user_inputs: list  # placeholder names fed by the caller
+    method: str  # "export" or "fx"
+    module_path: dict = field(default_factory=dict)  # node name -> module path
+
+    def run(self):
+        return self.gm(*self.args)
+
+
+def capture(model, example_inputs: Sequence) -> Captured:
+    torch = _torch()
+    model = model.eval()
+    example_inputs = tuple(example_inputs)
+    try:
+        with torch.no_grad():
+            program = torch.export.export(model, example_inputs).run_decompositions()
+    except Exception as exc:  # noqa: BLE001 - any export failure sends us to the fallback
+        export_error = _first_line(exc)
+    else:
+        sig = program.graph_signature
+        state = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+        values = {**dict(model.named_parameters()), **dict(model.named_buffers(remove_duplicate=False))}
+        constants = getattr(program, "constants", {}) or {}
+        args, users = [], []
+        user_iter = iter(example_inputs)
+        for node in program.graph_module.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            if node.name in state:
+                args.append(values[state[node.name]])
+            elif node.name in getattr(sig, "inputs_to_lifted_tensor_constants", {}):
+                args.append(constants[sig.inputs_to_lifted_tensor_constants[node.name]])
+            else:
+                args.append(next(user_iter))
+                users.append(node.name)
+        paths = {}
+        for node in program.graph_module.graph.nodes:
+            stack = node.meta.get("nn_module_stack")
+            if stack:
+                paths[node.name] = list(stack.values())[-1][0]
+        return Captured(program.graph_module, args, state, users, "export", paths)
+    try:
+        gm = torch.fx.symbolic_trace(model)
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(f"cannot capture the model: torch.export failed ({export_error}) and torch.fx failed "
+                         f"({_first_line(exc)}); data-dependent control flow is the usual cause: make it "
+                         "traceable or wrap it in torch.cond") from None
+    users = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    return Captured(gm, list(example_inputs), {}, users, "fx",
+                    {n.name: str(n.target) for n in gm.graph.nodes if n.op == "call_module"})
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+# -- running and measuring ---------------------------------------------------------------------------
+@dataclass
+class NodeRecord:
+    name: str
+    kind: str
+    inputs: list  # names of producing task nodes
+    state_inputs: list  # placeholder names of parameters / buffers read
+    flops: float
+    bytes_accessed: float
+    output_bytes: float
+    times: list = field(default_factory=list)  # measured seconds
+
+
+def _nbytes(value) -> float:
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        return float(value.numel() * value.element_size())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return 0.0
+
+
+def _numel(value) -> float:
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        return float(value.numel())
+    if isinstance(value, (list, tuple)):
+        return sum(_numel(v) for v in value)
+    return 0.0
+
+
+def count_flops(target, args, out, module=None) -> float:
+    """FLOPs of one operator: 2 x multiply-adds for convolutions and matrix products, one per output element
+    otherwise (the convention of torch.utils.flop_counter for the former)."""
+    torch = _torch()
+    name = str(getattr(target, "__name__", target))
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if module is not None:
+        if isinstance(module, torch.nn.modules.conv._ConvNd):
+            w = module.weight
+            return 2.0 * _numel(out) * w.shape[1] * math.prod(w.shape[2:])
+        if isinstance(module, torch.nn.Linear):
+            return 2.0 * _numel(out) * module.in_features
+        return _numel(out)
+    if name.startswith("convolution"):
+        w = args[1]
+        return 2.0 * _numel(out) * w.shape[1] * math.prod(w.shape[2:])
+    if name.startswith(("mm", "addmm", "bmm", "baddbmm")):
+        a = tensors[-2]
+        return 2.0 * _numel(out) * a.shape[-1]
+    return _numel(out)
+
+
+def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: int | None = 1,
+            progress: Callable[[str], None] | None = None) -> list[NodeRecord]:
+    """Run the graph node by node, recording costs and (repeats > 0) the median time of every operator."""
+    torch = _torch()
+    if threads:
+        torch.set_num_threads(threads)
+    gm = captured.gm
+    modules = dict(gm.named_modules())
+    alias: dict[str, str] = {}
+    records: dict[str, NodeRecord] = {}
+    state_names = set(captured.state)
+    user = set(captured.user_inputs)
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, node):
+            result = super().run_node(node)
+            if node.op == "placeholder":
+                if node.name in user:
+                    records[node.name] = NodeRecord(node.name, "input", [], [], 0.0, 0.0, _nbytes(result))
+                return result
+            if node.op in ("call_function", "call_method", "call_module"):
+                if node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem":
+                    alias[node.name] = alias.get(node.args[0].name, node.args[0].name)
+                    return result
+                args, kwargs = self.fetch_args_kwargs_from_env(node)
+                producers, reads = [], []
+                for a in node.all_input_nodes:
+                    src = alias.get(a.name, a.name)
+                    if a.name in state_names:
+                        reads.append(a.name)
+                    elif src in records and src not in producers:
+                        producers.append(src)
+                module = modules[node.target] if node.op == "call_module" else None
+                flat = [x for x in args if isinstance(x, torch.Tensor)] + [
+                    x for a in args if isinstance(a, (list, tuple)) for x in a if isinstance(x, torch.Tensor)]
+                in_bytes = sum(_nbytes(x) for x in flat)
+                if module is not None:
+                    in_bytes += sum(_nbytes(p) for p in module.parameters(recurse=False))
+                kind = str(getattr(node.target, "__name__", node.target))
+                records[node.name] = NodeRecord(node.name, kind.split(".")[0], producers, reads,
+                                                count_flops(node.target, args, result, module),
+                                                in_bytes + _nbytes(result), _nbytes(result))
+                if repeats > 0:
+                    fn = module if module is not None else (
+                        node.target if node.op == "call_function" else getattr(args[0], node.target))
+                    call_args = args if node.op != "call_method" else args[1:]
+                    samples = []
+                    with torch.no_grad():
+                        for _ in range(repeats):
+                            t0 = time.perf_counter()
+                            fn(*call_args, **kwargs)
+                            samples.append(time.perf_counter() - t0)
+                    records[node.name].times = samples
+            return result
+
+    with torch.no_grad():
+        for _ in range(warmup):
+            gm(*captured.args)
+        Recorder(gm).run(*captured.args)
+    if progress:
+        progress(f"  profiled {len(records)} operators")
+    return list(records.values())
+
+
+def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str, measured_type: str | None = "cpu",
+                  analytic_types: Sequence[str] = ("v100", "a100"), batch_size: int = 1,
+                  extra_times: dict | None = None) -> TaskGraph:
+    """Tasks from the records: measured medians for ``measured_type``, roofline times for ``analytic_types``."""
+    gm = captured.gm
+    state_bytes = {n.name: 0.0 for n in gm.graph.nodes if n.op == "placeholder"}
+    for a, node in zip(captured.args, [n for n in gm.graph.nodes if n.op == "placeholder"]):
+        if node.name in captured.state:
+            state_bytes[node.name] = _nbytes(a)
+    owner: dict[str, str] = {}
+    for r in records:
+        for s in r.state_inputs:
+            owner.setdefault(s, r.name)
+    memory = {r.name: 0.0 for r in records}
+    for s, r in owner.items():
+        memory[r] += state_bytes.get(s, 0.0)
+    if captured.method == "fx":
+        modules = dict(gm.named_modules())
+        for n in gm.graph.nodes:
+            if n.op == "call_module" and n.name in memory:
+                memory[n.name] += sum(_nbytes(p) for p in modules[n.target].parameters())
+    tasks, edges = [], []
+    for r in records:
+        times = {}
+        if measured_type and r.times:
+            times[measured_type] = statistics.median(r.times)
+        elif measured_type:
+            times[measured_type] = spec(measured_type).roofline(r.flops, r.bytes_accessed)
+        for t in analytic_types:
+            times[t] = spec(t).roofline(r.flops, r.bytes_accessed) if r.kind != "input" else 0.0
+        if r.kind == "input":
+            times = {k: 0.0 for k in times}
+        table = {dt: dict(v) for dt, v in (extra_times or {}).get(r.name, {}).items()}
+        tasks.append(Task(id=r.name, kind=r.kind, time=times, time_by_batch=table, flops=r.flops,
+                          bytes_accessed=r.bytes_accessed, memory_bytes=memory[r.name], output_bytes=r.output_bytes,
+                          module=captured.module_path.get(r.name)))
+        edges.extend((p, r.name) for p in r.inputs)
+    return TaskGraph.create(tasks, edges, name=name, batch_size=batch_size)
+
+
+def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *, name: str,
+            batches: Sequence[int] = (1,), measured_type: str | None = "cpu",
+            analytic_types: Sequence[str] = ("v100", "a100"), repeats: int = 5, warmup: int = 1,
+            threads: int | None = 1, progress: Callable[[str], None] | None = None) -> TaskGraph:
+    """Capture and cost a model at each batch size; the first is the graph's own, the others fill the tables."""
+    if not batches:
+        raise InputError("give at least one batch size")
+    torch = _torch()
+    if measured_type is None:  # analytic only: no weights are allocated, shapes come from meta tensors
+        with torch.device("meta"):
+            model = model_fn()
+        inputs_fn = _on_meta(inputs_fn)
+    else:
+        model = model_fn()
+    per_batch: dict[int, dict[str, NodeRecord]] = {}
+    base = None
+    for i, b in enumerate(batches):
+        if progress:
+            progress(f"profiling {name} at batch {b} ({i + 1}/{len(batches)})")
+        captured = capture(model, inputs_fn(b))
+        records = measure(captured, repeats=repeats if measured_type else 0, warmup=warmup if measured_type else 0,
+                          threads=threads, progress=progress)
+        per_batch[b] = {r.name: r for r in records}
+        if base is None:
+            base = (captured, records)
+    captured, records = base
+    extra: dict[str, dict[str, dict[int, float]]] = {}
+    for b in batches[1:]:
+        for r in records:
+            other = per_batch[b].get(r.name)
+            if other is None or other.kind != r.kind:
+                continue
+            row = extra.setdefault(r.name, {})
+            if measured_type and other.times:
+                row.setdefault(measured_type, {})[b] = statistics.median(other.times)
+            for t in analytic_types:
+                row.setdefault(t, {})[b] = spec(t).roofline(other.flops, other.bytes_accessed) if r.kind != "input" else 0.0
+    return to_task_graph(captured, records, name=name, measured_type=measured_type, analytic_types=analytic_types,
+                         batch_size=batches[0], extra_times=extra)
+
+
+def _on_meta(inputs_fn: Callable[[int], tuple]) -> Callable[[int], tuple]:
+    def inputs(batch: int) -> tuple:
+        return tuple(x.to("meta") if hasattr(x, "to") else x for x in inputs_fn(batch))
+    return inputs
+
+
+def profile_zoo(name: str, *, batches: Sequence[int] = (1,), device: str | None = "cpu", repeats: int = 5,
+                threads: int | None = 1, progress: Callable[[str], None] | None = None) -> TaskGraph:
+    """Profile a zoo model: measured on ``device`` ("cpu", or None for analytic costs only), roofline times
+    for every other device type of the catalogue."""
+    from ..catalogue import CATALOGUE
+    from ..zoo import get
+    if device not in (None, "cpu"):
+        raise InputError(f"cannot measure on {device!r} here: use --device cpu, or none for analytic costs")
+    model = get(name)
+    analytic = [t for t in CATALOGUE if t != device]
+    return profile(model.build, model.inputs, name=name, batches=batches, measured_type=device,
+                   analytic_types=analytic, repeats=repeats, threads=threads, progress=progress)

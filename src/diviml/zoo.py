@@ -1,0 +1,204 @@
+"""Model zoo by name: torchvision CNNs (random weights, nothing downloaded), randomly wired networks
+(Xie et al. 2019: WS, ER and BA generators, seeded), and GPT-style decoders / BERT-style encoders built from
+torch.nn and sized by config. Names: ``diviml models``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import InputError
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    summary: str
+    build: Callable[[], object]  # -> torch.nn.Module
+    inputs: Callable[[int], tuple]  # batch size -> example inputs
+
+
+def _torch():
+    from .frontends.pytorch import _torch as t
+    return t()
+
+
+# -- torchvision ---------------------------------------------------------------------------------------
+def _vision(name: str, size: int, **kw) -> ModelSpec:
+    def build():
+        import torchvision
+        return getattr(torchvision.models, name)(weights=None, **kw)
+
+    def inputs(batch: int):
+        torch = _torch()
+        return (torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0)),)
+
+    return ModelSpec(name, f"torchvision {name}, random weights, {size}x{size} input", build, inputs)
+
+
+# -- transformers ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TransformerConfig:
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int = 50257
+    sequence: int = 128
+
+
+GPT = {"gpt-tiny": TransformerConfig(2, 128, 4, 1000, 32), "gpt2-small": TransformerConfig(12, 768, 12),
+       "gpt2-medium": TransformerConfig(24, 1024, 16), "gpt3-175b": TransformerConfig(96, 12288, 96, 50257, 2048)}
+BERT = {"bert-tiny": TransformerConfig(2, 128, 2, 1000, 32), "bert-base": TransformerConfig(12, 768, 12, 30522),
+        "bert-large": TransformerConfig(24, 1024, 16, 30522)}
+
+
+def transformer(cfg: TransformerConfig, causal: bool):
+    torch = _torch()
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(cfg.hidden)
+            self.attn = nn.MultiheadAttention(cfg.hidden, cfg.heads, batch_first=True)
+            self.ln2 = nn.LayerNorm(cfg.hidden)
+            self.mlp = nn.Sequential(nn.Linear(cfg.hidden, 4 * cfg.hidden), nn.GELU(), nn.Linear(4 * cfg.hidden, cfg.hidden))
+
+        def forward(self, x, mask):
+            h = self.ln1(x)
+            x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+            return x + self.mlp(self.ln2(x))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
+            self.position = nn.Parameter(torch.zeros(1, cfg.sequence, cfg.hidden))
+            self.blocks = nn.ModuleList(Block() for _ in range(cfg.layers))
+            self.ln = nn.LayerNorm(cfg.hidden)
+            self.head = nn.Linear(cfg.hidden, cfg.vocab if causal else cfg.hidden)
+            mask = torch.triu(torch.full((cfg.sequence, cfg.sequence), float("-inf")), 1) if causal else None
+            self.register_buffer("mask", mask if mask is not None else torch.zeros(cfg.sequence, cfg.sequence))
+
+        def forward(self, tokens):
+            x = self.embed(tokens) + self.position
+            for block in self.blocks:
+                x = block(x, self.mask)
+            return self.head(self.ln(x))
+
+    return Model()
+
+
+def _transformer_spec(name: str, cfg: TransformerConfig, causal: bool) -> ModelSpec:
+    def inputs(batch: int):
+        torch = _torch()
+        return (torch.randint(0, cfg.vocab, (batch, cfg.sequence), generator=torch.Generator().manual_seed(0)),)
+
+    kind = "GPT-style decoder" if causal else "BERT-style encoder"
+    params = cfg.layers * 12 * cfg.hidden ** 2 + cfg.vocab * cfg.hidden
+    return ModelSpec(name, f"{kind}: {cfg.layers} layers, hidden {cfg.hidden}, {cfg.heads} heads, sequence "
+                     f"{cfg.sequence}, about {params / 1e6:.0f}M parameters", lambda: transformer(cfg, causal), inputs)
+
+
+# -- randomly wired networks ------------------------------------------------------------------------------
+def random_dag(generator: str, nodes: int, seed: int) -> list[tuple[int, int]]:
+    """Edges (i < j) of a WS(k=4, p=0.75), ER(p=0.2) or BA(m=5) graph oriented by node index (Xie et al.)."""
+    import networkx as nx
+    if generator == "ws":
+        g = nx.connected_watts_strogatz_graph(nodes, 4, 0.75, seed=seed)
+    elif generator == "er":
+        g = nx.gnp_random_graph(nodes, 0.2, seed=seed)
+    elif generator == "ba":
+        g = nx.barabasi_albert_graph(nodes, min(5, nodes - 1), seed=seed)
+    else:
+        raise InputError(f"unknown random graph generator {generator!r}: use ws, er or ba")
+    return sorted((min(a, b), max(a, b)) for a, b in g.edges)
+
+
+def randwire(generator: str, nodes: int = 32, channels: int = 32, stages: int = 2, seed: int = 0, classes: int = 10):
+    torch = _torch()
+    nn = torch.nn
+
+    class Node(nn.Module):
+        def __init__(self, n_in: int, c_in: int, c_out: int, stride: int):
+            super().__init__()
+            self.weights = nn.Parameter(torch.zeros(max(n_in, 1)))
+            self.op = nn.Sequential(nn.ReLU(), nn.Conv2d(c_in, c_in, 3, stride, 1, groups=c_in, bias=False),
+                                    nn.Conv2d(c_in, c_out, 1, bias=False), nn.BatchNorm2d(c_out))
+
+        def forward(self, *xs):
+            w = torch.sigmoid(self.weights)
+            x = xs[0] * w[0]
+            for i in range(1, len(xs)):
+                x = x + xs[i] * w[i]
+            return self.op(x)
+
+    class Stage(nn.Module):
+        def __init__(self, c_in: int, c_out: int, stage_seed: int):
+            super().__init__()
+            edges = random_dag(generator, nodes, stage_seed)
+            self.preds = [[a for a, b in edges if b == j] for j in range(nodes)]
+            succs = {a for a, _ in edges}
+            self.sinks = [j for j in range(nodes) if j not in succs]
+            self.nodes = nn.ModuleList(
+                Node(len(p), c_out if p else c_in, c_out, 1 if p else 2) for p in self.preds)
+
+        def forward(self, x):
+            out = []
+            for j, p in enumerate(self.preds):
+                out.append(self.nodes[j](*[out[i] for i in p]) if p else self.nodes[j](x))
+            y = out[self.sinks[0]]
+            for s in self.sinks[1:]:
+                y = y + out[s]
+            return y / len(self.sinks)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, 2, 1, bias=False), nn.BatchNorm2d(channels))
+            self.stages = nn.Sequential(*[Stage(channels * 2 ** max(i - 1, 0), channels * 2 ** i, seed * 100 + i)
+                                          for i in range(stages)])
+            self.head = nn.Linear(channels * 2 ** (stages - 1), classes)
+
+        def forward(self, x):
+            x = self.stages(self.stem(x))
+            return self.head(x.mean(dim=(2, 3)))
+
+    return Net()
+
+
+def _randwire_spec(generator: str, seed: int) -> ModelSpec:
+    def inputs(batch: int):
+        torch = _torch()
+        return (torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(0)),)
+
+    return ModelSpec(f"randwire-{generator}-s{seed}",
+                     f"randomly wired network ({generator.upper()} graphs, 32 nodes per stage, 2 stages, seed {seed}), "
+                     "64x64 input", lambda: randwire(generator, seed=seed), inputs)
+
+
+def _registry() -> dict[str, ModelSpec]:
+    specs = [
+        _vision("resnet50", 224), _vision("googlenet", 224, aux_logits=False, init_weights=False),
+        _vision("inception_v3", 299, aux_logits=False, init_weights=False), _vision("vgg16", 224),
+        _vision("mobilenet_v3_large", 224), _vision("densenet121", 224), _vision("resnet18", 224),
+    ]
+    specs += [_transformer_spec(n, c, True) for n, c in GPT.items()]
+    specs += [_transformer_spec(n, c, False) for n, c in BERT.items()]
+    specs += [_randwire_spec(g, s) for g in ("ws", "er", "ba") for s in range(3)]
+    return {s.name: s for s in specs}
+
+
+MODELS = _registry()
+
+
+def get(name: str) -> ModelSpec:
+    if name not in MODELS:
+        raise InputError(f"unknown model {name!r}: choose one of {', '.join(MODELS)} (see 'diviml models')")
+    return MODELS[name]
+
+
+def parameter_count(cfg: TransformerConfig) -> float:
+    return cfg.layers * 12 * cfg.hidden ** 2 + cfg.vocab * cfg.hidden + math.prod((cfg.sequence, cfg.hidden))
