@@ -108,3 +108,11 @@ def test_an_invalid_plan_is_reported_with_exit_1(tmp_path):
     plan_file.write_text(json.dumps(plan))
     r = run("validate", EXAMPLE, plan_file, "--json")
     assert r.returncode == 1 and json.loads(r.stdout)["valid"] is False
+
+
+def test_evaluate_a_split_under_the_call_latency_model(data_dir):
+    r = run("evaluate", data_dir / "latency-inputs/LayerGraphs/bert24_inference.json", "--split",
+            data_dir / "human-experts/bert24_inference_expert.json", "--objective", "call-latency",
+            "--accelerators", "6", "--memory", "1e12", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["objective"] > 0
