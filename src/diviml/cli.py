@@ -141,7 +141,13 @@ def cmd_profile(args) -> dict:
     if args.out:
         graph.save(args.out)
     times = {dt: sum(t.time.get(dt, 0.0) for t in graph.tasks) for dt in sorted(graph.device_types)}
-    return {"model": args.model, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
+    calibration = None
+    if device:
+        from .frontends.pytorch import calibrate
+        c = calibrate(graph, device)
+        calibration = {"device_type": device, "scale": c.scale, "median_error_before": c.error_before,
+                       "median_error_after": c.error_after, "tasks": c.tasks}
+    return {"calibration": calibration, "model": args.model, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
             "flops": sum(t.flops or 0.0 for t in graph.tasks), "memory_bytes": sum(t.memory_bytes for t in graph.tasks),
             "total_time_s": times, "measured": device, "written": [args.out] if args.out else []}
 
@@ -194,6 +200,10 @@ def _print_human(command: str, out: dict) -> None:
               f"{out['flops'] / 1e9:.3g} GFLOP, {out['memory_bytes'] / 1e6:.4g} MB of weights")
         for dt, t in out["total_time_s"].items():
             print(f"  {dt:<6} {t * 1e3:.4g} ms ({'measured' if dt == out['measured'] else 'roofline'})")
+        c = out["calibration"]
+        if c:
+            print(f"  roofline vs measured on {c['device_type']}: median operator error {100 * c['median_error_before']:.0f}%, "
+                  f"{100 * c['median_error_after']:.0f}% after scaling by {c['scale']:.3g}")
         for p in out["written"]:
             print(f"wrote {p}")
         return

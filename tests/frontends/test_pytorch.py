@@ -108,3 +108,11 @@ def test_cli_profiles_and_schedules_a_zoo_model(tmp_path):
     assert r.returncode == 0, r.stderr and json.loads(r.stdout)["objective"] > 0
     r = subprocess.run([sys.executable, "-m", "diviml", "profile", "no-such-model"], capture_output=True, text=True)
     assert r.returncode == 2 and "unknown model" in r.stderr
+
+
+def test_calibration_reports_how_far_the_roofline_is_from_measurements():
+    from diviml.frontends.pytorch import calibrate
+    graph = profile_zoo("resnet18", repeats=2)
+    c = calibrate(graph, "cpu")
+    assert c.tasks == len(graph) - 1 and c.scale > 0
+    assert c.error_after <= c.error_before

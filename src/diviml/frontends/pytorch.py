@@ -310,3 +310,32 @@ def profile_zoo(name: str, *, batches: Sequence[int] = (1,), device: str | None 
     analytic = [t for t in CATALOGUE if t != device]
     return profile(model.build, model.inputs, name=name, batches=batches, measured_type=device,
                    analytic_types=analytic, repeats=repeats, threads=threads, progress=progress)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    device_type: str
+    scale: float  # the factor on the roofline that best matches the measurements (median relative error)
+    error_before: float  # median |roofline - measured| / measured
+    error_after: float  # the same after scaling the roofline by ``scale``
+    tasks: int
+
+
+def calibrate(graph: TaskGraph, device_type: str = "cpu", spec_name: str | None = None) -> Calibration:
+    """How well the catalogue's roofline for ``spec_name`` predicts the times measured on ``device_type``.
+
+    The fitted scale is what a user multiplies analytic times of that device by; the errors say how far the
+    model is from the measurements per operator, before and after."""
+    model = spec(spec_name or device_type)
+    pairs = [(t.time[device_type], model.roofline(t.flops or 0.0, t.bytes_accessed or 0.0))
+             for t in graph.tasks if t.kind != "input" and t.time.get(device_type, 0.0) > 0]
+    if not pairs:
+        raise InputError(f"no measured {device_type} times to calibrate against")
+    def error(k: float) -> float:
+        return statistics.median(abs(k * r - m) / m for m, r in pairs)
+
+    # the scale with the smallest median error lies at (or next to) one of the per-task ratios; 1 is the model
+    candidates = sorted({1.0} | {m / r for m, r in pairs if r > 0})
+    step = max(1, len(candidates) // 200)
+    scale = min(candidates[::step] + [1.0], key=error)
+    return Calibration(device_type, scale, error(1.0), error(scale), len(pairs))
