@@ -202,12 +202,23 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
                     records[node.name].times = samples
             return result
 
+    total = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+    done = [0]
+
+    class Reporting(Recorder):
+        def run_node(self, node):
+            result = super().run_node(node)
+            if progress and node.op in ("call_function", "call_method", "call_module"):
+                done[0] += 1
+                if done[0] == total or done[0] % max(1, total // 10) == 0:
+                    filled = int(20 * done[0] / total)
+                    progress(f"  [{'#' * filled}{'.' * (20 - filled)}] {done[0]}/{total} operators")
+            return result
+
     with torch.no_grad():
         for _ in range(warmup):
             gm(*captured.args)
-        Recorder(gm).run(*captured.args)
-    if progress:
-        progress(f"  profiled {len(records)} operators")
+        Reporting(gm).run(*captured.args)
     return list(records.values())
 
 
