@@ -20,6 +20,7 @@ def test_schedule_json_prints_one_object_with_the_promised_fields(tmp_path):
     r = run("schedule", EXAMPLE, "--json", "--out", tmp_path / "plan.json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
+    assert out["solver"] == "exact" and out["status"] == "optimal"  # the default for latency
     assert {"objective", "bound", "gap", "status", "solver", "solve_time_s"} <= set(out)
     assert out["bound"] <= out["objective"]
     v = run("validate", EXAMPLE, tmp_path / "plan.json", "--json")
@@ -37,7 +38,7 @@ def test_schedule_draws_png_svg_and_a_self_contained_html_page(tmp_path):
 
 
 def test_batch_objective_reports_throughput():
-    r = run("schedule", EXAMPLE, "--objective", "batch", "--batch", "16", "--json")
+    r = run("schedule", EXAMPLE, "--objective", "batch", "--batch", "16", "--solver", "heft", "--json")
     out = json.loads(r.stdout)
     assert out["throughput"] == pytest.approx(16 / out["objective"])
 
@@ -88,7 +89,7 @@ HUGE = json.dumps({"tasks": [{"id": "a", "time": {"cpu": 1, "a100": 1}, "memory_
 ])
 def test_bad_input_gives_exit_2_one_line_and_no_output_file(tmp_path, make_args, message):
     out = tmp_path / "plan.json"
-    r = run("schedule", *make_args(tmp_path), "--out", out)
+    r = run("schedule", "--time-limit", "5", *make_args(tmp_path), "--out", out)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in r.stderr

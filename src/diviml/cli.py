@@ -59,7 +59,12 @@ def _progress(message: str) -> None:
     sys.stderr.flush()
 
 
+AUTO_SOLVER = {"latency": "exact", "batch": "exact", "pipeline": "ip", "call-latency": "greedy"}
+
+
 def cmd_schedule(args) -> dict:
+    if args.solver == "auto":
+        args.solver = AUTO_SOLVER[args.objective]
     solvers.check_request(args.objective, args.solver, args.time_limit)
     for path in (args.gantt or []):
         gantt.check_format(path)
@@ -230,7 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     s = sub.add_parser("schedule", help="place and schedule a graph")
     _add_problem_options(s)
-    s.add_argument("--solver", default="heft", help="see 'diviml solvers' (default heft)")
+    s.add_argument("--solver", default="auto",
+                   help="see 'diviml solvers'; auto (default): exact for latency and batch, ip for pipeline, "
+                        "greedy for call-latency")
     s.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--engine", choices=("auto", "highs", "gurobi"), help="MILP engine (solver milp, ip)")
