@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -75,9 +75,6 @@ class Plan:
         for start, dev, task, k in sorted(keyed, key=lambda x: (x[0], x[1])):
             order.setdefault(dev, []).append((task, k))
         return order
-
-    def with_bound(self, bound: float) -> "Plan":
-        return replace(self, bound=min(bound, self.objective))
 
     def summary(self) -> dict:
         return {"objective": self.objective, "bound": self.bound, "gap": self.gap, "status": self.status,

@@ -5,7 +5,6 @@ torch.nn and sized by config. Names: ``diviml models``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -199,6 +198,3 @@ def get(name: str) -> ModelSpec:
         raise InputError(f"unknown model {name!r}: choose one of {', '.join(MODELS)} (see 'diviml models')")
     return MODELS[name]
 
-
-def parameter_count(cfg: TransformerConfig) -> float:
-    return cfg.layers * 12 * cfg.hidden ** 2 + cfg.vocab * cfg.hidden + math.prod((cfg.sequence, cfg.hidden))
