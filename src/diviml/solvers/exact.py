@@ -124,39 +124,28 @@ def _heads_and_tails(jobs: JobGraph, ticks) -> tuple[dict, dict]:
 
 
 def _memory(m, jobs: JobGraph, x) -> None:
-    problem = jobs.problem
-    graph = problem.graph
-    total = sum(t.memory_bytes for t in graph.tasks)
-    for dev in problem.platform.devices:
-        if dev.memory_bytes >= total:
-            continue
+    for dev, capacity, tasks in jobs.memory_limits():
         terms = []
-        for t in graph.tasks:
-            if t.memory_bytes <= 0 or dev.name not in problem.allowed_devices[t.id]:
-                continue
-            lits = [x[(t.id, l), dev.name] for l in range(len(jobs.sizes))]
+        for task, nbytes in tasks:
+            lits = [x[(task, l), dev] for l in range(len(jobs.sizes))]
             if len(lits) == 1:
                 resident = lits[0]
             else:
                 resident = m.NewBoolVar("")
                 m.AddMaxEquality(resident, lits)
-            terms.append((int(math.ceil(t.memory_bytes)), resident))
+            terms.append((int(math.ceil(nbytes)), resident))
         if terms:
-            m.Add(sum(w * lit for w, lit in terms) <= int(math.floor(dev.memory_bytes)))
+            m.Add(sum(w * lit for w, lit in terms) <= int(math.floor(capacity)))
 
 
 def _colocation(m, jobs: JobGraph, x) -> None:
-    problem = jobs.problem
-    for members in problem.colocation_groups.values():
-        first = members[0]
-        for other in members[1:]:
-            for l in range(len(jobs.sizes)):
-                for d in set(problem.allowed_devices[first]) | set(problem.allowed_devices[other]):
-                    a, b = x.get(((first, l), d)), x.get(((other, l), d))
-                    if a is None or b is None:
-                        m.Add((a if a is not None else b) == 0)
-                    else:
-                        m.Add(a == b)
+    for a, b, devices in jobs.colocated():
+        for d in devices:
+            la, lb = x.get((a, d)), x.get((b, d))
+            if la is None or lb is None:
+                m.Add((la if la is not None else lb) == 0)
+            else:
+                m.Add(la == lb)
 
 
 def _symmetry(m, jobs: JobGraph, x, criterion: str, ticks) -> None:

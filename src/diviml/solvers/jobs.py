@@ -49,6 +49,27 @@ class JobGraph:
         graph = self.problem.graph
         return self.problem.platform.transfer_time(graph.by_id[job[0]], src, dst, self.sizes[job[1]] / graph.batch_size)
 
+    def memory_limits(self) -> list[tuple[str, float, list[tuple[str, float]]]]:
+        """(device, capacity, [(task, bytes)]) for devices whose memory could bind: the tasks with resident
+        memory that may run there. A task's jobs share its memory on a device."""
+        problem = self.problem
+        total = sum(t.memory_bytes for t in problem.graph.tasks)
+        return [(dev.name, dev.memory_bytes,
+                 [(t.id, t.memory_bytes) for t in problem.graph.tasks
+                  if t.memory_bytes > 0 and dev.name in problem.allowed_devices[t.id]])
+                for dev in problem.platform.devices if dev.memory_bytes < total]
+
+    def colocated(self) -> list[tuple[JobKey, JobKey, tuple[str, ...]]]:
+        """(job, job, devices either may use) pairs that a co-location group puts on one device."""
+        problem = self.problem
+        out = []
+        for members in problem.colocation_groups.values():
+            first = members[0]
+            for other in members[1:]:
+                devices = tuple(sorted(set(problem.allowed_devices[first]) | set(problem.allowed_devices[other])))
+                out.extend(((first, l), (other, l), devices) for l in range(len(self.sizes)))
+        return out
+
     def parts(self, device_of: dict[JobKey, str]) -> dict[str, list[tuple[str, int]]]:
         """The simulator's parts (task -> [(device, samples)] in sample order)."""
         return {t: [(device_of[(t, l)], b) for l, b in enumerate(self.sizes)] for t in self.problem.graph.topological_order}

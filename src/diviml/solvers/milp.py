@@ -80,25 +80,17 @@ def build(jobs: JobGraph, upper: float, symmetry: str = "tasks"):
                 # o = 0: j before i -> s[i] >= e[j] - M o - M(2 - x_i - x_j)
                 m.row([(s[i], 1.0)] + [(k, -w) for k, w in end(j)] + [(o, big), (x[i, d], -big), (x[j, d], -big)],
                       -2 * big)
-    graph = problem.graph
-    total = sum(t.memory_bytes for t in graph.tasks)
-    for dev in problem.platform.devices:
-        if dev.memory_bytes >= total:
-            continue
+    for dev, capacity, tasks in jobs.memory_limits():
         terms = []
-        for t in graph.tasks:
-            if t.memory_bytes > 0 and dev.name in problem.allowed_devices[t.id]:
-                z = m.binary()
-                for l in range(len(jobs.sizes)):
-                    m.row([(z, 1.0), (x[(t.id, l), dev.name], -1.0)], 0.0)
-                terms.append((z, t.memory_bytes))
-        m.row(terms, upper=dev.memory_bytes)
-    for members in problem.colocation_groups.values():
-        for other in members[1:]:
+        for task, nbytes in tasks:
+            z = m.binary()  # task resident on dev: any of its jobs there
             for l in range(len(jobs.sizes)):
-                for d in set(problem.allowed_devices[members[0]]) | set(problem.allowed_devices[other]):
-                    terms = [(x[k], sgn) for k, sgn in ((((members[0], l), d), 1.0), (((other, l), d), -1.0)) if k in x]
-                    m.row(terms, 0.0, 0.0)
+                m.row([(z, 1.0), (x[(task, l), dev], -1.0)], 0.0)
+            terms.append((z, nbytes))
+        m.row(terms, upper=capacity)
+    for a, b, devices in jobs.colocated():
+        for d in devices:
+            m.row([(x[k], sgn) for k, sgn in (((a, d), 1.0), ((b, d), -1.0)) if k in x], 0.0, 0.0)
     if symmetry != "none":
         for g in groups(problem):
             for d1, d2 in zip(g, g[1:]):
