@@ -78,7 +78,8 @@ def cmd_schedule(args) -> dict:
         _progress(f"solving {problem.graph.name} ({len(problem.graph)} tasks) on {problem.platform.name} "
                   f"({len(problem.platform.devices)} devices), objective {problem.objective.kind}, "
                   f"solver {args.solver}, time limit {args.time_limit:g} s")
-    options = {k: v for k, v in (("engine", args.engine), ("symmetry", args.symmetry), ("workers", args.workers))
+    options = {k: v for k, v in (("engine", args.engine), ("symmetry", args.symmetry), ("workers", args.workers),
+                                 ("module_size", args.module_size), ("module_time_limit", args.module_time_limit))
                if v is not None}
     if not args.quiet:
         options["progress"] = _progress
@@ -243,7 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--engine", choices=("auto", "highs", "gurobi"), help="MILP engine (solver milp, ip)")
     s.add_argument("--symmetry", choices=("tasks", "busy", "none"),
                    help="symmetry breaking for identical devices (exact solvers; default tasks)")
-    s.add_argument("--workers", type=int, help="CP-SAT worker threads (default: the CPU count)")
+    s.add_argument("--workers", type=int, help="CP-SAT worker threads (exact), processes (split); "
+                                               "default: the CPU count")
+    s.add_argument("--module-size", type=int, help="split: most tasks per module (default 20)")
+    s.add_argument("--module-time-limit", type=float, help="split: seconds per module solve at most (default 0.5)")
     s.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     s.add_argument("--out", help="write the plan as JSON")
     s.add_argument("--gantt", action="append", help="draw the plan (.png, .svg or .html); repeatable")

@@ -21,6 +21,8 @@ class SolverInfo:
 
 
 REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
+    SolverInfo("split", "split", ("latency", "batch"),
+               "MILP-SPLIT (DiviML): modules solved exactly in parallel, joined by dynamic programming"),
     SolverInfo("best-device", "best_device", ("latency", "batch", "pipeline", "call-latency"),
                "the whole graph on the single device that runs it fastest (baseline)"),
     SolverInfo("heft", "heft", ("latency", "batch"),

@@ -38,7 +38,8 @@ def heft_schedule(jobs: JobGraph) -> tuple[dict[JobKey, str], dict[JobKey, float
     rank = upward_ranks(jobs)
     position = {j: i for i, j in enumerate(jobs.jobs)}
     busy: dict[str, list[tuple[float, float]]] = {d.name: [] for d in platform.devices}  # sorted (start, end)
-    memory_left = {d.name: d.memory_bytes for d in platform.devices}
+    memory_left = {d.name: d.memory_bytes if jobs.capacity is None else jobs.capacity[d.name]
+                   for d in platform.devices}
     resident: set[tuple[str, str]] = set()  # (task or group, device) whose memory is already counted
     group_device: dict[tuple[str, int], str] = {}
     groups = problem.colocation_groups
@@ -48,7 +49,7 @@ def heft_schedule(jobs: JobGraph) -> tuple[dict[JobKey, str], dict[JobKey, float
     for j in sorted(jobs.jobs, key=lambda j: (-rank[j], position[j])):
         task = graph.by_id[j[0]]
         group = task.colocation if task.colocation in groups else None
-        members = groups[group] if group else (task.id,)
+        members = tuple(m for m in groups[group] if m in jobs.task_ids) if group else (task.id,)
         owner = f"group:{group}" if group else task.id
         need = sum(graph.by_id[m].memory_bytes for m in members)
         if group and (group, j[1]) in group_device:
@@ -62,7 +63,7 @@ def heft_schedule(jobs: JobGraph) -> tuple[dict[JobKey, str], dict[JobKey, float
                                   "'greedy' solver or raise the memory limit")
         best = None
         for d in options:
-            ready = max((finish[u] + jobs.transfer(u, placement[u], d) for u in jobs.preds(j)), default=0.0)
+            ready = max([jobs.released(j, d)] + [finish[u] + jobs.transfer(u, placement[u], d) for u in jobs.preds(j)])
             duration = jobs.duration(j, d)
             est = _earliest_gap(busy[d], ready, duration)
             if best is None or est + duration < best[0] - 1e-12:

@@ -5,12 +5,18 @@ A job is one sub-batch ``l`` of one task. Every task is split the same way, into
 producers: the batch becomes ``len(sizes)`` copies of the graph that share the devices. The latency
 objective is the one-copy case. This is the decision space of the HEFT and exact solvers; the simulator
 evaluates their answers under the general model.
+
+A job graph may also be a *sub-problem* (what MILP-SPLIT solves module by module): only some tasks, with the
+rest already scheduled. Then ``release`` gives the earliest start of a job on a device (its inputs from
+outside have arrived and the device has finished its earlier work), ``only`` pins jobs to some devices and
+``capacity`` is the memory each device has left.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Mapping
 
 from ..problem import Problem
 
@@ -21,6 +27,10 @@ JobKey = tuple[str, int]  # (task id, sub-batch index)
 class JobGraph:
     problem: Problem
     sizes: tuple[int, ...]
+    tasks: tuple[str, ...] | None = None  # the sub-problem's tasks in topological order (None: all)
+    release: Mapping[tuple[JobKey, str], float] = field(default_factory=dict)  # (job, device) -> earliest start
+    only: Mapping[JobKey, tuple[str, ...]] = field(default_factory=dict)  # job -> the devices it is pinned to
+    capacity: Mapping[str, float] | None = None  # device -> memory left (None: the devices' memory)
 
     @staticmethod
     def whole(problem: Problem) -> "JobGraph":
@@ -29,18 +39,34 @@ class JobGraph:
     @cached_property
     def jobs(self) -> tuple[JobKey, ...]:
         """In topological order of tasks, sub-batches inner."""
-        return tuple((t, l) for t in self.problem.graph.topological_order for l in range(len(self.sizes)))
+        return tuple((t, l) for t in self.task_ids for l in range(len(self.sizes)))
+
+    @cached_property
+    def task_ids(self) -> tuple[str, ...]:
+        return self.problem.graph.topological_order if self.tasks is None else tuple(self.tasks)
+
+    @cached_property
+    def _members(self) -> frozenset[str] | None:
+        return None if self.tasks is None else frozenset(self.tasks)
 
     def preds(self, job: JobKey) -> tuple[JobKey, ...]:
+        """Producers of ``job`` inside this (sub-)problem; outside ones are folded into ``release``."""
         t, l = job
-        return tuple((u, l) for u in self.problem.graph.predecessors[t])
+        return tuple((u, l) for u in self.problem.graph.predecessors[t] if self._members is None or u in self._members)
 
     def succs(self, job: JobKey) -> tuple[JobKey, ...]:
         t, l = job
-        return tuple((v, l) for v in self.problem.graph.successors[t])
+        return tuple((v, l) for v in self.problem.graph.successors[t] if self._members is None or v in self._members)
 
     def devices(self, job: JobKey) -> tuple[str, ...]:
-        return self.problem.allowed_devices[job[0]]
+        allowed = self.problem.allowed_devices[job[0]]
+        if job in self.only:
+            return tuple(d for d in allowed if d in self.only[job])
+        return allowed
+
+    def released(self, job: JobKey, device: str) -> float:
+        """The earliest start of ``job`` on ``device`` (0 in a whole problem)."""
+        return self.release.get((job, device), 0.0)
 
     def duration(self, job: JobKey, device: str) -> float:
         return self.problem.time(job[0], device, self.sizes[job[1]])
@@ -53,17 +79,24 @@ class JobGraph:
         """(device, capacity, [(task, bytes)]) for devices whose memory could bind: the tasks with resident
         memory that may run there. A task's jobs share its memory on a device."""
         problem = self.problem
-        total = sum(t.memory_bytes for t in problem.graph.tasks)
-        return [(dev.name, dev.memory_bytes,
-                 [(t.id, t.memory_bytes) for t in problem.graph.tasks
-                  if t.memory_bytes > 0 and dev.name in problem.allowed_devices[t.id]])
-                for dev in problem.platform.devices if dev.memory_bytes < total]
+        tasks = [problem.graph.by_id[t] for t in self.task_ids]
+        total = sum(t.memory_bytes for t in tasks)
+        out = []
+        for dev in problem.platform.devices:
+            capacity = dev.memory_bytes if self.capacity is None else self.capacity[dev.name]
+            if capacity < total:
+                out.append((dev.name, capacity, [(t.id, t.memory_bytes) for t in tasks
+                                                 if t.memory_bytes > 0 and dev.name in problem.allowed_devices[t.id]]))
+        return out
 
     def colocated(self) -> list[tuple[JobKey, JobKey, tuple[str, ...]]]:
         """(job, job, devices either may use) pairs that a co-location group puts on one device."""
         problem = self.problem
         out = []
         for members in problem.colocation_groups.values():
+            members = [m for m in members if self._members is None or m in self._members]
+            if len(members) < 2:
+                continue
             first = members[0]
             for other in members[1:]:
                 devices = tuple(sorted(set(problem.allowed_devices[first]) | set(problem.allowed_devices[other])))
@@ -72,7 +105,7 @@ class JobGraph:
 
     def parts(self, device_of: dict[JobKey, str]) -> dict[str, list[tuple[str, int]]]:
         """The simulator's parts (task -> [(device, samples)] in sample order)."""
-        return {t: [(device_of[(t, l)], b) for l, b in enumerate(self.sizes)] for t in self.problem.graph.topological_order}
+        return {t: [(device_of[(t, l)], b) for l, b in enumerate(self.sizes)] for t in self.task_ids}
 
     def order(self, device_of: dict[JobKey, str], start: dict[JobKey, float]) -> dict[str, list[tuple[str, int]]]:
         """Device -> [(task, part index)] by start time (ties: topological position)."""

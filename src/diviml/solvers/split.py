@@ -1,0 +1,423 @@
+"""MILP-SPLIT (DiviML): solve the graph module by module with the exact engine, joined by dynamic programming.
+
+The graph is cut into a chain of modules (:mod:`.modules`). The join walks the chain keeping, for each
+device of the current module's *exit* task (per sub-batch for the batch objective), the best partial
+schedule that ends there. Each step solves the next module exactly (CP-SAT, :func:`.exact.solve_jobs`) for
+every (state, exit device) pair, given what the partial schedule fixes: when each outside input arrives on
+each device, when each device is free, how much memory it has left, and co-located tasks placed earlier.
+The solves of a step are independent and run in a process pool.
+
+At a series point the module only sees its one input, so the join is the exact chain DP of the paper:
+O(|K|^2 * modules * T), and with exact module solves the latency plan is optimal. At a multi-channel cut
+the other crossing tensors come from the partial schedule that the state keeps (a Viterbi heuristic); the
+states are ranked by an *estimate* of the whole makespan (open tensors' finish plus the fastest path after
+them), which at a series point orders them as their makespan does. Measured on randwire-ws-s0: ranking by
+the estimate beat ranking by the partial makespan (0.891 vs 0.906 ms); adding the same tails to the module
+solves' objective made plans worse (0.928 ms), so they are not used there.
+Memory is a per-state budget: each module gets what its partial schedule left on each device, so the plan
+fits; when no state can place a module, the rest is placed ignoring memory and a repair pass moves tasks
+off over-full devices (:func:`repair_memory`). The final plan is always simulated and validated.
+
+Batch objective: as in :mod:`.exact`, the batch is split into L = 1 .. K near-equal sub-batches, each a
+copy of the graph; the state is the exit device of every copy, and the exit options are each single
+device for all copies or free. The plan is the best of the join's plans and the baselines (HEFT, best
+single device); its bound is the problem's lower bound.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+
+from ..errors import InfeasibleError, InputError
+from ..plan import Plan
+from ..problem import Problem
+from . import exact, heft
+from ._common import Stopwatch
+from .jobs import JobGraph, JobKey, near_equal_split
+from .modules import Chain, detect
+from .search import baseline_plan
+
+NAME = "split"
+
+
+@dataclass
+class _Partial:
+    """A schedule of the modules so far, in absolute times."""
+    device_of: dict = field(default_factory=dict)
+    start: dict = field(default_factory=dict)
+    finish: dict = field(default_factory=dict)
+    free: dict = field(default_factory=dict)  # device -> when its last job ends
+    memory_left: dict = field(default_factory=dict)
+    resident: frozenset = frozenset()  # (task, device) whose memory is counted
+    makespan: float = 0.0
+    estimate: float = 0.0  # makespan of the whole graph at least: open jobs' finish plus the fastest path after
+    lower: float = 0.0  # on a chain of series points: a lower bound on the makespan of any plan ending in this state
+    open: frozenset = frozenset()  # scheduled jobs with consumers in later modules
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One module solve: everything a worker needs besides the problem (which it already holds)."""
+    tasks: tuple[str, ...]
+    sizes: tuple[int, ...]
+    release: dict  # (job, device) -> earliest start, relative to the step's origin
+    only: dict
+    capacity: dict | None
+    time_limit: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class _Answer:
+    device_of: dict | None
+    order_key: dict | None  # job -> a start time (any unit) whose order is the device order
+    status: str  # optimal | timeout | heft | infeasible
+    bound: float = 0.0  # the module ends at least this long after the step's origin
+
+
+_PROBLEM: Problem | None = None  # the problem a pool worker solves modules of
+
+
+def _init_worker(problem: Problem) -> None:
+    global _PROBLEM
+    _PROBLEM = problem
+
+
+def _solve_module(request: _Request) -> _Answer:
+    """HEFT for a first schedule and the time scale, then CP-SAT on the module; HEFT's when CP-SAT has none."""
+    jobs = JobGraph(_PROBLEM, request.sizes, request.tasks, request.release, request.only, request.capacity)
+    if any(not jobs.devices(j) for j in jobs.jobs):
+        return _Answer(None, None, "infeasible")
+    try:
+        device_of, start, _ = heft.heft_schedule(jobs)
+        upper = max(start[j] + jobs.duration(j, device_of[j]) for j in jobs.jobs)
+    except InfeasibleError:
+        device_of = start = None
+        upper = max(request.release.values(), default=0.0) + sum(
+            max(jobs.duration(j, d) + max(jobs.transfer(j, d, e) for e in _PROBLEM.platform.by_name)
+                for d in jobs.devices(j)) for j in jobs.jobs)
+    if request.time_limit >= 0.02:
+        out = exact.solve_jobs(jobs, upper=max(upper, 1e-12), time_limit=request.time_limit, seed=request.seed,
+                               workers=1, symmetry="none", small=True)
+        if out.device_of is not None:
+            return _Answer(out.device_of, out.start, out.status, out.bound)
+        if out.status == "infeasible":
+            return _Answer(None, None, "infeasible")
+    if device_of is None:
+        return _Answer(None, None, "infeasible")
+    return _Answer(device_of, start, "heft")
+
+
+class _Pool:
+    """Module solves in worker processes (forked where the platform allows), or in this one."""
+
+    def __init__(self, problem: Problem, workers: int):
+        _init_worker(problem)
+        self.workers = max(workers, 1)
+        self.executor = None
+        if workers > 1:
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+                                                initargs=(problem,))
+
+    def map(self, requests: list[_Request]) -> list[_Answer]:
+        if self.executor is None or len(requests) == 1:
+            return [_solve_module(r) for r in requests]
+        return list(self.executor.map(_solve_module, requests))
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(cancel_futures=True)
+
+
+def _releases(problem: Problem, jobs: list[JobKey], sizes, partial: _Partial) -> dict:
+    """Absolute earliest start of each (job, device): outside inputs arrived, device free."""
+    graph, platform = problem.graph, problem.platform
+    members = {t for t, _ in jobs}
+    out = {}
+    for j in jobs:
+        t, l = j
+        outside = [(u, l) for u in graph.predecessors[t] if u not in members]
+        for d in problem.allowed_devices[t]:
+            ready = partial.free.get(d, 0.0)
+            for u in outside:
+                ready = max(ready, partial.finish[u] + platform.transfer_time(
+                    graph.by_id[u[0]], partial.device_of[u], d, sizes[l] / graph.batch_size))
+            out[j, d] = ready
+    return out
+
+
+def _pins(problem: Problem, module_tasks, sizes, partial: _Partial, exit_task: str, exit_devices) -> dict:
+    """Devices jobs are pinned to: the exit option, and co-location with tasks placed earlier."""
+    only: dict = {}
+    groups = problem.colocation_groups
+    for t in module_tasks:
+        group = problem.graph.by_id[t].colocation
+        if group in groups:
+            for l in range(len(sizes)):
+                placed = [partial.device_of[(m, l)] for m in groups[group] if (m, l) in partial.device_of]
+                if placed:
+                    only[(t, l)] = (placed[0],)
+    if exit_devices is not None:
+        for l, d in enumerate(exit_devices):
+            if (exit_task, l) in only and d not in only[(exit_task, l)]:
+                only[(exit_task, l)] = ()
+            else:
+                only[(exit_task, l)] = (d,)
+    return only
+
+
+def _advance(problem: Problem, partial: _Partial, jobs: list[JobKey], sizes, release_abs: dict,
+             answer: _Answer, memory_binds: bool, look: "_Lookahead", index: int) -> _Partial:
+    """The partial schedule extended by a module's answer, re-timed as early as possible in real units."""
+    graph, platform = problem.graph, problem.platform
+    position = {j: i for i, j in enumerate(jobs)}
+    new = _Partial(dict(partial.device_of), dict(partial.start), dict(partial.finish), dict(partial.free),
+                   dict(partial.memory_left), partial.resident, partial.makespan)
+    members = set(jobs)
+    resident = set(partial.resident)
+    for j in sorted(jobs, key=lambda j: (answer.order_key[j], position[j])):
+        d = answer.device_of[j]
+        s = max(release_abs[j, d], new.free.get(d, 0.0))
+        for u in graph.predecessors[j[0]]:
+            if (u, j[1]) in members:
+                s = max(s, new.finish[(u, j[1])] + platform.transfer_time(
+                    graph.by_id[u], new.device_of[(u, j[1])], d, sizes[j[1]] / graph.batch_size))
+        f = s + problem.time(j[0], d, sizes[j[1]])
+        new.device_of[j], new.start[j], new.finish[j] = d, s, f
+        new.free[d] = f
+        new.makespan = max(new.makespan, f)
+        if memory_binds and (j[0], d) not in resident:
+            resident.add((j[0], d))
+            new.memory_left[d] -= graph.by_id[j[0]].memory_bytes
+    new.resident = frozenset(resident)
+    new.open = frozenset(j for j in partial.open | members if look.last_module[j[0]] > index)
+    new.estimate = max([new.makespan] + [new.finish[j] + look.after(j, index) for j in new.open])
+    return new
+
+
+class _Lookahead:
+    """The fastest path after each job through the modules after a given one (every task on its fastest
+    device, transfers free): what ranks partial schedules with different tensors still open."""
+
+    def __init__(self, problem: Problem, chain: Chain, sizes: tuple[int, ...]):
+        graph = problem.graph
+        self.graph, self.module_of = graph, chain.module_of
+        self.bottom: dict[JobKey, float] = {}
+        for t in reversed(graph.topological_order):
+            for l, b in enumerate(sizes):
+                fastest = min(problem.time(t, d, b) for d in problem.allowed_devices[t])
+                self.bottom[t, l] = fastest + max((self.bottom[s, l] for s in graph.successors[t]), default=0.0)
+        self.last_module = {t: max((chain.module_of[s] for s in graph.successors[t]), default=-1)
+                            for t in graph.topological_order}
+
+    def after(self, job: JobKey, index: int) -> float:
+        t, l = job
+        return max((self.bottom[s, l] for s in self.graph.successors[t] if self.module_of[s] > index), default=0.0)
+
+
+@dataclass
+class _JoinResult:
+    partial: _Partial | None
+    solves: int = 0
+    optimal_solves: int = 0
+    heft_solves: int = 0
+    repaired: bool = False
+    lower: float = 0.0
+
+
+def _exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[str, ...] | None]:
+    devices = problem.allowed_devices[exit_task]
+    uniform = [tuple([d] * copies) for d in devices]
+    return uniform if copies == 1 else uniform + [None]
+
+
+def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, watch: Stopwatch, *,
+          module_time_limit: float, seed: int, progress, label: str) -> _JoinResult:
+    """The Viterbi walk over the chain for one batch split."""
+    memory_binds = bool(JobGraph(problem, sizes).memory_limits())
+    look = _Lookahead(problem, chain, sizes)
+    states: dict = {(): _Partial(memory_left={d.name: d.memory_bytes for d in problem.platform.devices})}
+    result = _JoinResult(None)
+    n = len(chain.modules)
+    for i, module in enumerate(chain.modules):
+        requests = len(states) * len(_exit_options(problem, module.exit, len(sizes)))
+        # this step's share of the time, spread over the solves the pool runs side by side
+        limit = min(module_time_limit, watch.left / (n - i) * min(pool.workers, requests) / requests)
+        new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result)
+        if not new_states and memory_binds:
+            # no state can hold this module: place the rest ignoring memory, and repair at the end
+            memory_binds, result.repaired = False, True
+            new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result)
+        if not new_states:
+            return result
+        states = new_states
+        if progress:
+            best = min(p.estimate for p in states.values())
+            progress(f"  split{label}: module {i + 1}/{n} ({len(module.tasks)} tasks), best estimate "
+                     f"{best:.6g} at {watch.elapsed:.1f} s")
+    result.partial = min(states.values(), key=lambda p: p.makespan)
+    result.lower = min(p.lower for p in states.values())
+    return result
+
+
+def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool, limit: float, seed: int,
+          memory_binds: bool, look: _Lookahead, result: _JoinResult) -> dict:
+    """Solve ``module`` after every state for every exit option; the best new partial per exit state."""
+    jobs = [(t, l) for t in module.tasks for l in range(len(sizes))]
+    requests, keys = [], []
+    for key, partial in states.items():
+        release_abs = _releases(problem, jobs, sizes, partial)
+        origin = min(release_abs.values(), default=0.0)
+        release = {k: v - origin for k, v in release_abs.items() if v - origin > 0}
+        capacity = dict(partial.memory_left) if memory_binds else None
+        for option in _exit_options(problem, module.exit, len(sizes)):
+            only = _pins(problem, module.tasks, sizes, partial, module.exit, option)
+            requests.append(_Request(module.tasks, sizes, release, only, capacity, limit, seed))
+            keys.append((key, release_abs))
+    answers = pool.map(requests)
+    result.solves += len(answers)
+    new_states: dict = {}
+    lowest: dict = {}  # state -> the least lower bound over the ways into it (the DP on bounds)
+    for (key, release_abs), answer in zip(keys, answers):
+        if answer.device_of is None:
+            continue
+        result.optimal_solves += answer.status == "optimal"
+        result.heft_solves += answer.status == "heft"
+        nxt = _advance(problem, states[key], jobs, sizes, release_abs, answer, memory_binds, look, index)
+        state = tuple(nxt.device_of[(module.exit, l)] for l in range(len(sizes)))
+        origin = min(release_abs.values(), default=0.0)
+        nxt.lower = states[key].lower + (origin - states[key].makespan) + answer.bound
+        lower = min(nxt.lower, lowest.get(state, nxt.lower))
+        lowest[state] = lower
+        if state not in new_states or nxt.estimate < new_states[state].estimate:
+            new_states[state] = nxt
+    for state, p in new_states.items():
+        p.lower = lowest[state]
+    # one state per exit device is the exact DP for one copy; with several copies keep the best few
+    beam = len(problem.platform.devices) + 1
+    return dict(sorted(new_states.items(), key=lambda kv: kv[1].estimate)[:beam])
+
+
+def repair_memory(problem: Problem, device_of: dict[JobKey, str]) -> dict[JobKey, str]:
+    """Move tasks (with their co-location group and every sub-batch) off devices whose memory they overflow,
+    largest first, each to the allowed device with room where it runs fastest."""
+    graph, platform = problem.graph, problem.platform
+    device_of = dict(device_of)
+    owners = {}
+    for t in graph.tasks:
+        group = problem.colocation_groups.get(t.colocation, (t.id,)) if t.colocation else (t.id,)
+        owners[t.id] = group
+
+    def used() -> dict[str, float]:
+        out = {d.name: 0.0 for d in platform.devices}
+        for t, d in {(j[0], d) for j, d in device_of.items()}:
+            out[d] += graph.by_id[t].memory_bytes
+        return out
+
+    load = used()
+    for t in sorted(graph.tasks, key=lambda t: -t.memory_bytes):
+        if t.memory_bytes <= 0:
+            continue
+        devices = {d for j, d in device_of.items() if j[0] == t.id}
+        if all(load[d] <= platform.by_name[d].memory_bytes for d in devices):
+            continue
+        members = owners[t.id]
+        need = sum(graph.by_id[m].memory_bytes for m in members)
+        options = [d for d in problem.allowed_devices[t.id]
+                   if all(d in problem.allowed_devices[m] for m in members)
+                   and load[d] + need <= platform.by_name[d].memory_bytes]
+        if not options:
+            raise InfeasibleError("split could not repair the memory of its plan")
+        target = min(options, key=lambda d: sum(problem.time(m, d) for m in members))
+        for j in list(device_of):
+            if j[0] in members:
+                device_of[j] = target
+        load = used()
+    return device_of
+
+
+def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
+          module_size: int = 20, module_time_limit: float = 0.5, progress=None) -> Plan:
+    """MILP-SPLIT: modules of at most ``module_size`` tasks, each solve given at most ``module_time_limit``."""
+    if not module_time_limit > 0:
+        raise InputError(f"module time limit must be positive, got {module_time_limit}")
+    watch = Stopwatch(time_limit)
+    chain = detect(problem.graph, module_size)
+    baseline = baseline_plan(problem, watch)
+    if problem.objective.kind == "latency":
+        splits = [(problem.batch_size,)]
+    else:
+        n, k = problem.batch_size, len(problem.platform.devices)
+        splits = list(dict.fromkeys(near_equal_split(n, parts) for parts in range(1, min(k, n) + 1)))
+    workers = workers or max(os.cpu_count() or 1, 1)
+    if progress:
+        progress(f"split: {len(chain.modules)} modules (at most {module_size} tasks; {len(chain.series_points)} "
+                 f"series points, {chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} "
+                 f"tensors), {workers} worker(s)")
+    # on a chain of series points the DP run on the module solves' bounds bounds the optimum (latency, no
+    # constants that could run early, no memory or co-location coupling the modules)
+    exact_chain = (problem.objective.kind == "latency" and chain.multi_channel_cuts == 0 and not chain.constants
+                   and not problem.colocation_groups and not JobGraph.whole(problem).memory_limits())
+    chain_bound = None
+    pool = _Pool(problem, workers)
+    best, stats, notes = baseline, {}, []
+    solves = optimal = heft_only = 0
+    try:
+        for i, sizes in enumerate(splits):
+            share = Stopwatch(watch.left / (len(splits) - i))
+            label = f" [{len(sizes)} sub-batches]" if len(splits) > 1 else ""
+            res = _join(problem, chain, sizes, pool, share, module_time_limit=module_time_limit, seed=seed,
+                        progress=progress, label=label)
+            solves, optimal, heft_only = solves + res.solves, optimal + res.optimal_solves, heft_only + res.heft_solves
+            if res.partial is None:
+                notes.append(f"the join found no plan for {len(sizes)} sub-batch(es) within the pins and memory")
+                continue
+            device_of = res.partial.device_of
+            if res.repaired:
+                try:
+                    device_of = repair_memory(problem, device_of)
+                except InfeasibleError:
+                    notes.append(f"the plan for {len(sizes)} sub-batch(es) overflowed memory beyond repair")
+                    continue
+            if exact_chain and not res.repaired:
+                chain_bound = res.lower
+            plan = heft.plan_from_jobs(JobGraph(problem, sizes), device_of, res.partial.start, solver=NAME,
+                                       status="feasible", watch=watch, bound=chain_bound)
+            if best is None or plan.objective < best.objective:
+                best = plan
+                stats["join_makespan"] = res.partial.makespan
+                notes = [n for n in notes if not n.startswith(("batch split", "memory repaired"))]
+                if res.repaired:
+                    notes.append("memory repaired: a module fitted no state's budget, tasks were moved after")
+                if len(sizes) > 1:
+                    notes.append(f"batch split into {len(sizes)} sub-batches ({'/'.join(map(str, sizes))} samples)")
+    finally:
+        pool.close()
+    if best is None:
+        raise InfeasibleError("split found no plan within the memory limits and no baseline fits: raise the "
+                              "memory limit or the module size")
+    if best.solver != NAME:
+        notes.append(f"kept the baseline plan ({best.solver}): the join found nothing better")
+    if chain_bound is not None:
+        stats["chain_bound"] = chain_bound
+        notes.append("every cut is a series point: the bound is the join's dynamic program on the module bounds")
+    bound = max(best.bound, min(chain_bound or 0.0, best.objective))
+    notes.insert(0, f"{len(chain.modules)} modules ({len(chain.series_points)} series points, "
+                    f"{chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} tensors); "
+                    f"{solves} module solves, {optimal} proven optimal, {heft_only} from HEFT")
+    stats.update({"modules": float(len(chain.modules)), "module_solves": float(solves),
+                  "module_solves_optimal": float(optimal), "module_solves_heft": float(heft_only),
+                  "widest_cut": float(chain.widest_cut)})
+    if baseline is not None:
+        stats["baseline_objective"] = baseline.objective
+    # as for exact: "optimal" when the integer models are proven optimal (here every module's, on a chain)
+    proven = chain_bound is not None and best.solver == NAME and optimal == solves
+    status = "optimal" if proven or best.objective <= bound * (1 + 1e-9) else (
+        "timeout" if heft_only or watch.expired else "feasible")
+    return replace(best, solver=NAME, status=status, bound=bound, solve_time_s=watch.elapsed, notes=tuple(notes),
+                   stats={**best.stats, **stats})

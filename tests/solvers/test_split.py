@@ -1,0 +1,109 @@
+"""MILP-SPLIT: exact at series points, never worse than the baselines, memory-safe, within its time limit."""
+
+import math
+import time
+from dataclasses import replace
+
+import pytest
+from conftest import graph
+
+import diviml
+from diviml import Objective, Problem, Task, TaskGraph
+from diviml.generators import layered_dag
+from diviml.solvers.jobs import JobGraph
+from diviml.solvers.modules import detect
+from diviml.solvers.split import repair_memory
+from diviml.validate import validate
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_at_series_points_the_join_is_exact_and_matches_the_monolithic_optimum(seed):
+    p = Problem(layered_dag(40, seed=seed), diviml.preset("paper-server"))
+    assert detect(p.graph, 10).multi_channel_cuts == 0
+    whole = diviml.solve(p, "exact", time_limit=60)
+    split = diviml.solve(p, "split", time_limit=60, module_size=10)
+    assert whole.status == "optimal"
+    assert split.objective == pytest.approx(whole.objective, rel=1e-5)
+    assert split.stats["module_solves_optimal"] == split.stats["module_solves"]
+    # the DP on the module bounds is a bound on the optimum, and proves this plan optimal
+    assert split.status == "optimal"
+    assert whole.objective * (1 - 1e-5) <= split.bound <= whole.objective * (1 + 1e-9)
+
+
+def test_split_is_never_worse_than_heft_or_the_best_device_and_is_validated():
+    p = Problem(layered_dag(90, seed=7), diviml.preset("paper-server"))
+    plan = diviml.solve(p, "split", time_limit=60, module_size=8)
+    assert validate(plan, p).ok
+    assert plan.bound <= plan.objective
+    for base in ("heft", "best-device"):
+        assert plan.objective <= diviml.solve(p, base, time_limit=5).objective * (1 + 1e-9)
+    assert "modules" in plan.notes[0]
+
+
+def test_the_batch_objective_splits_the_batch_where_data_parallelism_pays():
+    # a chain whose time is linear in the batch, as fast on either GPU, with tiny tensors: the two GPUs
+    # should each take half the batch, twice as fast as any plan that keeps the batch whole
+    spec = {f"t{i}": ({"cpu": 10.0, "v100": 1.0, "a100": 1.0}, 1.0) for i in range(12)}
+    p = Problem(graph(spec, [(f"t{i}", f"t{i + 1}") for i in range(11)]), diviml.preset("paper-server"),
+                Objective("batch", batch_size=8))
+    plan = diviml.solve(p, "split", time_limit=60, module_size=4)
+    assert validate(plan, p).ok
+    assert plan.objective < 0.55 * diviml.solve(p, "heft", time_limit=5).objective
+    assert {a.batch for a in plan.assignments} == {4}
+
+
+def test_memory_budgets_keep_the_plan_within_every_device():
+    g = layered_dag(40, seed=1)
+    g = TaskGraph.create([replace(t, memory_bytes=1e9) for t in g.tasks], g.edges)
+    plat = diviml.preset("paper-server")
+    # the GPUs hold 12 of the 40 tasks each: the plan must spread
+    plat = replace(plat, devices=tuple(replace(d, memory_bytes=12e9 if d.type != "cpu" else 100e9)
+                                       for d in plat.devices))
+    p = Problem(g, plat)
+    plan = diviml.solve(p, "split", time_limit=60, module_size=10)
+    assert validate(plan, p).ok
+    used = {}
+    for a in plan.assignments:
+        used[a.device] = used.get(a.device, 0) + 1
+    assert all(used.get(d.name, 0) * 1e9 <= d.memory_bytes for d in plat.devices)
+
+
+def test_co_located_tasks_in_different_modules_share_a_device():
+    g = layered_dag(40, seed=0)
+    chain = detect(g, 8)
+    first, last = chain.modules[0].tasks[-1], chain.modules[-1].tasks[0]
+    tasks = [replace(t, colocation="pair") if t.id in (first, last) else t for t in g.tasks]
+    p = Problem(TaskGraph.create(tasks, g.edges), diviml.preset("paper-server"))
+    plan = diviml.solve(p, "split", time_limit=60, module_size=8)
+    device = {a.task: a.device for a in plan.assignments}
+    assert device[first] == device[last]
+    assert validate(plan, p).ok
+
+
+def test_the_time_limit_is_honoured_and_a_plan_still_comes_back():
+    p = Problem(layered_dag(200, seed=5), diviml.preset("paper-server"))
+    t0 = time.perf_counter()
+    plan = diviml.solve(p, "split", time_limit=2.0, module_size=30)
+    assert time.perf_counter() - t0 < 2.0 + 3.0  # the limit, plus the final simulation and validation
+    assert validate(plan, p).ok
+
+
+def test_one_worker_and_a_process_pool_give_the_same_plan():
+    p = Problem(layered_dag(50, seed=9), diviml.preset("paper-server"))
+    a = diviml.solve(p, "split", time_limit=60, module_size=10, workers=1)
+    b = diviml.solve(p, "split", time_limit=60, module_size=10, workers=2)
+    assert a.objective == pytest.approx(b.objective, rel=1e-9)
+
+
+def test_the_repair_moves_tasks_off_an_overfull_device_to_one_with_room():
+    tasks = [Task(id=f"t{i}", time={"cpu": 1.0, "a100": 0.1}, memory_bytes=4.0) for i in range(3)]
+    g = TaskGraph.create(tasks, [("t0", "t1"), ("t1", "t2")])
+    plat = diviml.preset("paper-server")
+    plat = replace(plat, devices=tuple(replace(d, memory_bytes=8.0 if d.type == "a100" else 100.0)
+                                       for d in plat.devices))
+    p = Problem(g, plat)
+    gpu = next(d.name for d in plat.devices if d.type == "a100")
+    repaired = repair_memory(p, {(t.id, 0): gpu for t in tasks})
+    assert sum(d == gpu for d in repaired.values()) == 2
+    assert math.isclose(sum(4.0 for d in repaired.values() if d == gpu), 8.0)
+    assert JobGraph.whole(p).jobs == tuple(sorted(repaired, key=lambda j: j[0]))
