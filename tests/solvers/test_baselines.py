@@ -54,3 +54,21 @@ def test_best_device_says_so_when_no_single_device_holds_the_graph():
     with pytest.raises(InfeasibleError, match="no single device"):
         diviml.solve(p, "best-device", time_limit=5)
     assert validate(diviml.solve(p, "heft", time_limit=5), p).ok
+
+
+def test_the_partitioner_repairs_a_partition_to_an_acyclic_graph_of_parts():
+    import random
+
+    import networkx as nx
+
+    from diviml.generators import layered_dag
+    from diviml.solvers.partitioner import acyclic
+
+    p = Problem(layered_dag(60, seed=2), diviml.preset("paper-server"))
+    rng = random.Random(0)
+    devices = [d.name for d in p.platform.devices]
+    placement = acyclic(p, {t: rng.choice(devices) for t in p.graph.topological_order})
+    parts = nx.DiGraph((placement[u], placement[v]) for u, v in p.graph.edges if placement[u] != placement[v])
+    assert nx.is_directed_acyclic_graph(parts)
+    plan = diviml.solve(p, "partitioner", time_limit=10)
+    assert validate(plan, p).ok

@@ -36,7 +36,7 @@ NAME = "exact"
 
 def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0, workers: int | None = None,
                symmetry: str = "tasks", resolution: int = 10_000_000, small: bool = False,
-               progress=None) -> Outcome:
+               progress=None, on_incumbent=None) -> Outcome:
     """CP-SAT on a job graph, hinted with HEFT; ``upper`` (a known makespan) fixes the time scale.
 
     Whole graphs gain from linearization level 2 (stronger bounds). ``small`` (MILP-SPLIT's modules of
@@ -105,7 +105,7 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     solver.parameters.num_workers = workers or max(os.cpu_count() or 1, 1)
     solver.parameters.linearization_level = 0 if small else 2
     solver.parameters.cp_model_presolve = not small
-    callback = _Progress(progress, tick) if progress else None
+    callback = _Progress(progress, tick, on_incumbent) if (progress or on_incumbent) else None
     code = solver.Solve(m, callback) if callback else solver.Solve(m)
     bound = max(solver.BestObjectiveBound(), 0) * tick if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
     stats = {"tick": tick, "cp_sat_branches": float(solver.NumBranches())}
@@ -171,13 +171,15 @@ def _symmetry(m, jobs: JobGraph, x, criterion: str, ticks) -> None:
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
-    def __init__(self, report, tick: float):
+    def __init__(self, report, tick: float, on_incumbent=None):
         super().__init__()
-        self.report, self.tick = report, tick
+        self.report, self.tick, self.on_incumbent = report, tick, on_incumbent
 
-    def on_solution_callback(self):  # at most one line a second
+    def on_solution_callback(self):  # every incumbent to on_incumbent, at most one line a second to report
+        if self.on_incumbent:
+            self.on_incumbent(self.ObjectiveValue() * self.tick)
         now = self.WallTime()
-        if now < getattr(self, "_next", 0.0):
+        if not self.report or now < getattr(self, "_next", 0.0):
             return
         self._next = now + 1.0
         self.report(f"  cp-sat: incumbent {self.ObjectiveValue() * self.tick:.6g}, bound "
@@ -185,8 +187,10 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
-          symmetry: str = "tasks", resolution: int = 10_000_000, progress=None) -> Plan:
+          symmetry: str = "tasks", resolution: int = 10_000_000, progress=None, on_incumbent=None) -> Plan:
+    """``on_incumbent(value)`` is called with the objective of every solution CP-SAT finds (time scale
+    units, rounded down: within about 1e-6 of the plan's value), e.g. to time how soon a quality is reached."""
     def engine(jobs: JobGraph, upper: float, budget: float) -> Outcome:
         return solve_jobs(jobs, upper=upper, time_limit=budget, seed=seed, workers=workers, symmetry=symmetry,
-                          resolution=resolution, progress=progress)
+                          resolution=resolution, progress=progress, on_incumbent=on_incumbent)
     return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry)
