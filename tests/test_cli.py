@@ -117,3 +117,20 @@ def test_evaluate_a_split_under_the_call_latency_model(data_dir):
             "--accelerators", "6", "--memory", "1e12", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["objective"] > 0
+
+
+def test_split_schedules_module_by_module_and_proves_a_chain_of_series_points_optimal(tmp_path):
+    r = run("schedule", EXAMPLE, "--solver", "split", "--module-size", "10", "--json", "--out", tmp_path / "p.json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["solver"] == "split" and out["status"] == "optimal"
+    exact = json.loads(run("schedule", EXAMPLE, "--json").stdout)
+    assert out["objective"] == pytest.approx(exact["objective"], rel=1e-5)
+    assert run("validate", EXAMPLE, tmp_path / "p.json").returncode == 0
+
+
+@pytest.mark.parametrize("option", [("--module-size", "0"), ("--module-time-limit", "0")])
+def test_split_rejects_a_bad_module_option_in_one_line(tmp_path, option):
+    r = run("schedule", EXAMPLE, "--solver", "split", *option, "--out", tmp_path / "p.json")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "p.json").exists()

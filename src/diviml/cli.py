@@ -66,6 +66,10 @@ def cmd_schedule(args) -> dict:
     if args.solver == "auto":
         args.solver = AUTO_SOLVER[args.objective]
     solvers.check_request(args.objective, args.solver, args.time_limit)
+    options = {k: v for k, v in (("engine", args.engine), ("symmetry", args.symmetry), ("workers", args.workers),
+                                 ("module_size", args.module_size), ("module_time_limit", args.module_time_limit))
+               if v is not None}
+    solvers.check_options(args.solver, options)
     for path in (args.gantt or []):
         gantt.check_format(path)
     for path in [args.out, args.split_out, *(args.gantt or [])]:
@@ -78,9 +82,6 @@ def cmd_schedule(args) -> dict:
         _progress(f"solving {problem.graph.name} ({len(problem.graph)} tasks) on {problem.platform.name} "
                   f"({len(problem.platform.devices)} devices), objective {problem.objective.kind}, "
                   f"solver {args.solver}, time limit {args.time_limit:g} s")
-    options = {k: v for k, v in (("engine", args.engine), ("symmetry", args.symmetry), ("workers", args.workers),
-                                 ("module_size", args.module_size), ("module_time_limit", args.module_time_limit))
-               if v is not None}
     if not args.quiet:
         options["progress"] = _progress
     plan = solvers.solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed, **options)

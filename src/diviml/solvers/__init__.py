@@ -64,6 +64,17 @@ def check_request(objective_kind: str, solver: str, time_limit: float) -> None:
         raise InputError(f"time limit must be positive, got {time_limit}")
 
 
+def check_options(solver: str, options: dict) -> None:
+    """Raise InputError for an option ``solver`` does not take or a value it rejects, before any work."""
+    accepted = inspect.signature(get(solver).solve).parameters
+    unknown = sorted(set(options) - set(accepted) - {"progress"})
+    if unknown:
+        raise InputError(f"solver {solver!r} takes no option {', '.join('--' + u.replace('_', '-') for u in unknown)}")
+    check = getattr(get(solver), "check_options", None)
+    if check:
+        check(**options)
+
+
 def solve(problem, solver: str = "heft", *, time_limit: float = 60.0, seed: int = 0, **options):
     """Solve ``problem`` with the named solver, after checking it handles the objective and the options.
 
@@ -71,10 +82,7 @@ def solve(problem, solver: str = "heft", *, time_limit: float = 60.0, seed: int 
     """
     check_request(problem.objective.kind, solver, time_limit)
     module = get(solver)
-    accepted = inspect.signature(module.solve).parameters
-    if "progress" not in accepted:
+    if "progress" not in inspect.signature(module.solve).parameters:
         options.pop("progress", None)
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise InputError(f"solver {solver!r} takes no option {', '.join('--' + u for u in unknown)}")
+    check_options(solver, options)
     return module.solve(problem, time_limit=time_limit, seed=seed, **options)

@@ -341,11 +341,17 @@ def repair_memory(problem: Problem, device_of: dict[JobKey, str]) -> dict[JobKey
     return device_of
 
 
+def check_options(*, module_size: int = 20, module_time_limit: float = 0.5, **_) -> None:
+    if module_size < 1:
+        raise InputError(f"module size must be at least 1 task, got {module_size}")
+    if not module_time_limit > 0:
+        raise InputError(f"module time limit must be positive, got {module_time_limit}")
+
+
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
           module_size: int = 20, module_time_limit: float = 0.5, progress=None) -> Plan:
     """MILP-SPLIT: modules of at most ``module_size`` tasks, each solve given at most ``module_time_limit``."""
-    if not module_time_limit > 0:
-        raise InputError(f"module time limit must be positive, got {module_time_limit}")
+    check_options(module_size=module_size, module_time_limit=module_time_limit)
     watch = Stopwatch(time_limit)
     chain = detect(problem.graph, module_size)
     baseline = baseline_plan(problem, watch)
