@@ -49,7 +49,7 @@ def heft_schedule(jobs: JobGraph) -> tuple[dict[JobKey, str], dict[JobKey, float
     for j in sorted(jobs.jobs, key=lambda j: (-rank[j], position[j])):
         task = graph.by_id[j[0]]
         group = task.colocation if task.colocation in groups else None
-        members = tuple(m for m in groups[group] if m in jobs.task_ids) if group else (task.id,)
+        members = tuple(m for m in groups[group] if jobs.has(m)) if group else (task.id,)
         owner = f"group:{group}" if group else task.id
         need = sum(graph.by_id[m].memory_bytes for m in members)
         if group and (group, j[1]) in group_device:

@@ -49,14 +49,18 @@ class JobGraph:
     def _members(self) -> frozenset[str] | None:
         return None if self.tasks is None else frozenset(self.tasks)
 
+    def has(self, task: str) -> bool:
+        """Whether ``task`` belongs to this (sub-)problem."""
+        return self._members is None or task in self._members
+
     def preds(self, job: JobKey) -> tuple[JobKey, ...]:
         """Producers of ``job`` inside this (sub-)problem; outside ones are folded into ``release``."""
         t, l = job
-        return tuple((u, l) for u in self.problem.graph.predecessors[t] if self._members is None or u in self._members)
+        return tuple((u, l) for u in self.problem.graph.predecessors[t] if self.has(u))
 
     def succs(self, job: JobKey) -> tuple[JobKey, ...]:
         t, l = job
-        return tuple((v, l) for v in self.problem.graph.successors[t] if self._members is None or v in self._members)
+        return tuple((v, l) for v in self.problem.graph.successors[t] if self.has(v))
 
     def devices(self, job: JobKey) -> tuple[str, ...]:
         allowed = self.problem.allowed_devices[job[0]]
@@ -94,7 +98,7 @@ class JobGraph:
         problem = self.problem
         out = []
         for members in problem.colocation_groups.values():
-            members = [m for m in members if self._members is None or m in self._members]
+            members = [m for m in members if self.has(m)]
             if len(members) < 2:
                 continue
             first = members[0]
@@ -114,6 +118,15 @@ class JobGraph:
         for j in sorted(self.jobs, key=lambda j: (start[j], position[j])):
             order[device_of[j]].append(j)
         return order
+
+
+def batch_splits(problem: Problem) -> list[tuple[int, ...]]:
+    """The batch splits the exact and split solvers search: the whole batch for latency; for the batch
+    objective, L = 1 .. K near-equal sub-batches (K devices, at most one sample each)."""
+    if problem.objective.kind != "batch":
+        return [(problem.batch_size,)]
+    n, k = problem.batch_size, len(problem.platform.devices)
+    return list(dict.fromkeys(near_equal_split(n, parts) for parts in range(1, min(k, n) + 1)))
 
 
 def near_equal_split(n: int, parts: int) -> tuple[int, ...]:

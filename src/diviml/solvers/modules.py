@@ -159,6 +159,7 @@ def _cuts(order: list[str], widths: list[int], series: list[int], max_size: int,
         start = e + 1
     return [e for _, e in pieces]
 
+
 def _dp_cuts(widths: list[int], begin: int, end: int, max_size: int, weight: float) -> list[int]:
     """Cut positions begin..end into pieces of at most ``max_size``, minimising the number of pieces plus
     ``weight`` times the extra tensors crossing each cut."""

@@ -16,7 +16,7 @@ from ..plan import Plan
 from ..problem import Problem
 from . import best_device, heft
 from ._common import Stopwatch
-from .jobs import JobGraph, near_equal_split
+from .jobs import JobGraph, batch_splits
 from .symmetry import CRITERIA, relabel
 
 
@@ -72,11 +72,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
     watch = Stopwatch(time_limit)
     baseline = baseline_plan(problem, watch)
     latency = problem.objective.kind == "latency"
-    if latency:
-        splits = [(problem.batch_size,)]
-    else:
-        n, k = problem.batch_size, len(problem.platform.devices)
-        splits = list(dict.fromkeys(near_equal_split(n, parts) for parts in range(1, min(k, n) + 1)))
+    splits = batch_splits(problem)
     upper = baseline.objective if baseline else serial_upper_bound(problem)
     best, improved, bound = baseline, False, lower_bound(problem)
     statuses, notes = [], []

@@ -36,7 +36,7 @@ from ..plan import Plan
 from ..problem import Problem
 from . import exact, heft
 from ._common import Stopwatch
-from .jobs import JobGraph, JobKey, near_equal_split
+from .jobs import JobGraph, JobKey, batch_splits
 from .modules import Chain, detect
 from .search import baseline_plan
 
@@ -237,9 +237,8 @@ def _exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[s
 
 
 def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, watch: Stopwatch, *,
-          module_time_limit: float, seed: int, progress, label: str) -> _JoinResult:
-    """The Viterbi walk over the chain for one batch split."""
-    memory_binds = bool(JobGraph(problem, sizes).memory_limits())
+          memory_binds: bool, module_time_limit: float, seed: int, progress, label: str) -> _JoinResult:
+    """The Viterbi walk over the chain for one batch split (``memory_binds``: track memory budgets)."""
     look = _Lookahead(problem, chain, sizes)
     states: dict = {(): _Partial(memory_left={d.name: d.memory_bytes for d in problem.platform.devices})}
     result = _JoinResult(None)
@@ -278,22 +277,20 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
         for option in _exit_options(problem, module.exit, len(sizes)):
             only = _pins(problem, module.tasks, sizes, partial, module.exit, option)
             requests.append(_Request(module.tasks, sizes, release, only, capacity, limit, seed))
-            keys.append((key, release_abs))
+            keys.append((key, release_abs, origin))
     answers = pool.map(requests)
     result.solves += len(answers)
     new_states: dict = {}
     lowest: dict = {}  # state -> the least lower bound over the ways into it (the DP on bounds)
-    for (key, release_abs), answer in zip(keys, answers):
+    for (key, release_abs, origin), answer in zip(keys, answers):
         if answer.device_of is None:
             continue
         result.optimal_solves += answer.status == "optimal"
         result.heft_solves += answer.status == "heft"
         nxt = _advance(problem, states[key], jobs, sizes, release_abs, answer, memory_binds, look, index)
         state = tuple(nxt.device_of[(module.exit, l)] for l in range(len(sizes)))
-        origin = min(release_abs.values(), default=0.0)
-        nxt.lower = states[key].lower + (origin - states[key].makespan) + answer.bound
-        lower = min(nxt.lower, lowest.get(state, nxt.lower))
-        lowest[state] = lower
+        lower = states[key].lower + (origin - states[key].makespan) + answer.bound
+        lowest[state] = min(lower, lowest.get(state, lower))
         if state not in new_states or nxt.estimate < new_states[state].estimate:
             new_states[state] = nxt
     for state, p in new_states.items():
@@ -355,11 +352,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     watch = Stopwatch(time_limit)
     chain = detect(problem.graph, module_size)
     baseline = baseline_plan(problem, watch)
-    if problem.objective.kind == "latency":
-        splits = [(problem.batch_size,)]
-    else:
-        n, k = problem.batch_size, len(problem.platform.devices)
-        splits = list(dict.fromkeys(near_equal_split(n, parts) for parts in range(1, min(k, n) + 1)))
+    splits = batch_splits(problem)
     workers = workers or max(os.cpu_count() or 1, 1)
     if progress:
         progress(f"split: {len(chain.modules)} modules (at most {module_size} tasks; {len(chain.series_points)} "
@@ -367,8 +360,9 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
                  f"tensors), {workers} worker(s)")
     # on a chain of series points the DP run on the module solves' bounds bounds the optimum (latency, no
     # constants that could run early, no memory or co-location coupling the modules)
+    memory_binds = bool(JobGraph.whole(problem).memory_limits())
     exact_chain = (problem.objective.kind == "latency" and chain.multi_channel_cuts == 0 and not chain.constants
-                   and not problem.colocation_groups and not JobGraph.whole(problem).memory_limits())
+                   and not problem.colocation_groups and not memory_binds)
     chain_bound = None
     pool = _Pool(problem, workers)
     best, stats, notes = baseline, {}, []
@@ -377,8 +371,8 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
         for i, sizes in enumerate(splits):
             share = Stopwatch(watch.left / (len(splits) - i))
             label = f" [{len(sizes)} sub-batches]" if len(splits) > 1 else ""
-            res = _join(problem, chain, sizes, pool, share, module_time_limit=module_time_limit, seed=seed,
-                        progress=progress, label=label)
+            res = _join(problem, chain, sizes, pool, share, memory_binds=memory_binds,
+                        module_time_limit=module_time_limit, seed=seed, progress=progress, label=label)
             solves, optimal, heft_only = solves + res.solves, optimal + res.optimal_solves, heft_only + res.heft_solves
             if res.partial is None:
                 notes.append(f"the join found no plan for {len(sizes)} sub-batch(es) within the pins and memory")
