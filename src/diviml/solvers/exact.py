@@ -1,16 +1,5 @@
-"""Exact latency and batch scheduling with OR-Tools CP-SAT (the default exact engine).
-
-Model: one optional interval per (job, allowed device) sharing the job's start and end; exactly one device
-per job; NoOverlap per device; for every edge, the consumer starts after the producer ends plus the transfer
-between the two devices chosen (enforced on the pair of assignment literals); memory per device;
-co-location; symmetry breaking for identical devices; makespan minimised; HEFT's schedule as a hint.
-
-Time scale: times become integers in ticks of ``tick = UB / resolution`` where UB is the best baseline
-makespan (``resolution`` = 10^7 by default). Durations and transfers are rounded *down*, so the integer
-model is a relaxation: its bound times the tick is a valid bound on the real optimum. The plan it finds is
-re-timed by the simulator in real units; the difference (at most about 2 ticks per job on the critical
-path) is reported as ``rounding_gap`` and shows in the plan's gap. "optimal" means CP-SAT proved the
-integer model optimal.
+"""Exact latency and batch scheduling with OR-Tools CP-SAT (the default exact engine): the model is in
+:mod:`.cpsat`, shared with MILP-SPLIT's module solves.
 
 Batch objective: the batch is split the same way for every task into L near-equal sub-batches
 (L = 1 .. number of devices, each solved in turn with its share of the time), so each sub-batch flows
@@ -20,170 +9,13 @@ lower bound, since splits outside that family are not searched.
 
 from __future__ import annotations
 
-import math
-import os
-
-from ortools.sat.python import cp_model
-
 from ..plan import Plan
 from ..problem import Problem
+from .cpsat import solve_jobs
 from .jobs import JobGraph
-from .search import Outcome, exact_search, heft_hint
-from .symmetry import groups
+from .search import Outcome, exact_search
 
 NAME = "exact"
-
-
-def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0, workers: int | None = None,
-               symmetry: str = "tasks", resolution: int = 10_000_000, small: bool = False,
-               progress=None, on_incumbent=None) -> Outcome:
-    """CP-SAT on a job graph, hinted with HEFT; ``upper`` (a known makespan) fixes the time scale.
-
-    Whole graphs gain from linearization level 2 (stronger bounds). ``small`` (MILP-SPLIT's modules of
-    10-30 jobs) turns linearization and presolve off: measured 5-14x faster there, optima unchanged."""
-    problem = jobs.problem
-    tick = max(upper, 1e-300) / resolution
-    horizon = resolution
-
-    def ticks(x: float) -> int:
-        return int(math.floor(x / tick + 1e-9))
-
-    m = cp_model.CpModel()
-    start, end, x = {}, {}, {}
-    per_device: dict[str, list] = {d.name: [] for d in problem.platform.devices}
-    for j in jobs.jobs:
-        start[j] = m.NewIntVar(0, horizon, "")
-        end[j] = m.NewIntVar(0, horizon, "")
-        for d in jobs.devices(j):
-            lit = m.NewBoolVar("")
-            x[j, d] = lit
-            per_device[d].append(m.NewOptionalIntervalVar(start[j], ticks(jobs.duration(j, d)), end[j], lit, ""))
-            if jobs.released(j, d) > 0:
-                m.Add(start[j] >= ticks(jobs.released(j, d))).OnlyEnforceIf(lit)
-        m.AddExactlyOne(x[j, d] for d in jobs.devices(j))
-    for ivs in per_device.values():
-        if len(ivs) > 1:
-            m.AddNoOverlap(ivs)
-    for v in jobs.jobs:
-        for u in jobs.preds(v):
-            m.Add(start[v] >= end[u])
-            for c in jobs.devices(v):
-                # the transfer of u's output to device c is linear in u's assignment (0 when u is on c)
-                comm = [(ticks(jobs.transfer(u, a, c)), x[u, a]) for a in jobs.devices(u) if a != c]
-                comm = [(w, lit) for w, lit in comm if w > 0]
-                if comm:
-                    m.Add(start[v] >= end[u] + sum(w * lit for w, lit in comm)).OnlyEnforceIf(x[v, c])
-    _memory(m, jobs, x)
-    _colocation(m, jobs, x)
-    _symmetry(m, jobs, x, symmetry, ticks)
-    makespan = m.NewIntVar(0, horizon, "makespan")
-    # redundant but strengthening: every job ends at least its fastest remaining path before the makespan,
-    # starts after its fastest path from a source, and each device's work fits below the makespan
-    head, tail = _heads_and_tails(jobs, ticks)
-    for j in jobs.jobs:
-        m.Add(start[j] >= head[j])
-        m.Add(makespan >= end[j] + tail[j])
-    for d, ivs in per_device.items():
-        work = [(ticks(jobs.duration(j, d)), x[j, d]) for j in jobs.jobs if (j, d) in x]
-        if work:
-            m.Add(sum(w * lit for w, lit in work) <= makespan)
-    m.Minimize(makespan)
-
-    hint = heft_hint(jobs, symmetry)
-    if hint is not None:
-        hint_dev, hint_start = hint
-        for j in jobs.jobs:
-            s = ticks(hint_start[j])
-            m.AddHint(start[j], s)
-            m.AddHint(end[j], s + ticks(jobs.duration(j, hint_dev[j])))
-            for d in jobs.devices(j):
-                m.AddHint(x[j, d], d == hint_dev[j])
-
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(time_limit, 0.01)
-    solver.parameters.random_seed = seed
-    solver.parameters.num_workers = workers or max(os.cpu_count() or 1, 1)
-    solver.parameters.linearization_level = 0 if small else 2
-    solver.parameters.cp_model_presolve = not small
-    callback = _Progress(progress, tick, on_incumbent) if (progress or on_incumbent) else None
-    code = solver.Solve(m, callback) if callback else solver.Solve(m)
-    bound = max(solver.BestObjectiveBound(), 0) * tick if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
-    stats = {"tick": tick, "cp_sat_branches": float(solver.NumBranches())}
-    if code == cp_model.INFEASIBLE:
-        return Outcome(None, None, "infeasible", math.inf, None, stats)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return Outcome(None, None, "unknown", 0.0, None, stats)
-    device_of = {j: next(d for d in jobs.devices(j) if solver.Value(x[j, d])) for j in jobs.jobs}
-    starts = {j: float(solver.Value(start[j])) for j in jobs.jobs}
-    status = "optimal" if code == cp_model.OPTIMAL else "timeout"
-    return Outcome(device_of, starts, status, bound, solver.ObjectiveValue() * tick, stats)
-
-
-def _heads_and_tails(jobs: JobGraph, ticks) -> tuple[dict, dict]:
-    """Longest paths before / after each job with every job on its fastest device and free transfers."""
-    fastest = {j: min(ticks(jobs.duration(j, d)) for d in jobs.devices(j)) for j in jobs.jobs}
-    head, tail = {}, {}
-    for j in jobs.jobs:
-        released = min(ticks(jobs.released(j, d)) for d in jobs.devices(j))
-        head[j] = max([released] + [head[u] + fastest[u] for u in jobs.preds(j)])
-    for j in reversed(jobs.jobs):
-        tail[j] = max((fastest[v] + tail[v] for v in jobs.succs(j)), default=0)
-    return head, tail
-
-
-def _memory(m, jobs: JobGraph, x) -> None:
-    for dev, capacity, tasks in jobs.memory_limits():
-        terms = []
-        for task, nbytes in tasks:
-            lits = [x[(task, l), dev] for l in range(len(jobs.sizes)) if ((task, l), dev) in x]
-            if not lits:  # every job of the task is pinned elsewhere
-                continue
-            if len(lits) == 1:
-                resident = lits[0]
-            else:
-                resident = m.NewBoolVar("")
-                m.AddMaxEquality(resident, lits)
-            terms.append((int(math.ceil(nbytes)), resident))
-        if terms:
-            m.Add(sum(w * lit for w, lit in terms) <= int(math.floor(capacity)))
-
-
-def _colocation(m, jobs: JobGraph, x) -> None:
-    for a, b, devices in jobs.colocated():
-        for d in devices:
-            la, lb = x.get((a, d)), x.get((b, d))
-            if la is None or lb is None:
-                m.Add((la if la is not None else lb) == 0)
-            else:
-                m.Add(la == lb)
-
-
-def _symmetry(m, jobs: JobGraph, x, criterion: str, ticks) -> None:
-    if criterion == "none":
-        return
-    for g in groups(jobs.problem):
-        for d1, d2 in zip(g, g[1:]):
-            def weight(j, d):
-                return 1 if criterion == "tasks" else ticks(jobs.duration(j, d))
-            lhs = sum(weight(j, d1) * x[j, d1] for j in jobs.jobs if (j, d1) in x)
-            rhs = sum(weight(j, d2) * x[j, d2] for j in jobs.jobs if (j, d2) in x)
-            m.Add(lhs >= rhs)
-
-
-class _Progress(cp_model.CpSolverSolutionCallback):
-    def __init__(self, report, tick: float, on_incumbent=None):
-        super().__init__()
-        self.report, self.tick, self.on_incumbent = report, tick, on_incumbent
-
-    def on_solution_callback(self):  # every incumbent to on_incumbent, at most one line a second to report
-        if self.on_incumbent:
-            self.on_incumbent(self.ObjectiveValue() * self.tick)
-        now = self.WallTime()
-        if not self.report or now < getattr(self, "_next", 0.0):
-            return
-        self._next = now + 1.0
-        self.report(f"  cp-sat: incumbent {self.ObjectiveValue() * self.tick:.6g}, bound "
-                    f"{self.BestObjectiveBound() * self.tick:.6g} at {self.WallTime():.1f} s")
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,

@@ -2,7 +2,7 @@
 
 The graph is cut into a chain of modules (:mod:`.modules`). The join walks the chain keeping, for each
 device of the current module's *exit* task (per sub-batch for the batch objective), the best partial
-schedule that ends there. Each step solves the next module exactly (CP-SAT, :func:`.exact.solve_jobs`) for
+schedule that ends there. Each step solves the next module exactly (CP-SAT, :func:`.cpsat.solve_jobs`) for
 every (state, exit device) pair, given what the partial schedule fixes: when each outside input arrives on
 each device, when each device is free, how much memory it has left, and co-located tasks placed earlier.
 The solves of a step are independent and run in a process pool.
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
-from . import exact, heft
+from . import cpsat, heft
 from ._common import Stopwatch
 from .jobs import JobGraph, JobKey, batch_splits
 from .modules import Chain, detect
@@ -100,7 +100,7 @@ def _solve_module(request: _Request) -> _Answer:
             max(jobs.duration(j, d) + max(jobs.transfer(j, d, e) for e in _PROBLEM.platform.by_name)
                 for d in jobs.devices(j)) for j in jobs.jobs)
     if request.time_limit >= 0.02:
-        out = exact.solve_jobs(jobs, upper=max(upper, 1e-12), time_limit=request.time_limit, seed=request.seed,
+        out = cpsat.solve_jobs(jobs, upper=max(upper, 1e-12), time_limit=request.time_limit, seed=request.seed,
                                workers=1, symmetry="none", small=True)
         if out.device_of is not None:
             return _Answer(out.device_of, out.start, out.status, out.bound)
