@@ -86,6 +86,7 @@ HUGE = json.dumps({"tasks": [{"id": "a", "time": {"cpu": 1, "a100": 1}, "memory_
     (lambda t: [EXAMPLE, "--time-limit", "-1"], "time limit must be positive"),
     (lambda t: [EXAMPLE, "--objective", "pipeline", "--solver", "heft"], "does not handle objective"),
     (lambda t: [_write(t, "empty.json", "[]")], "neither a diviml graph"),
+    (lambda t: [EXAMPLE, "--piece-size", "0"], "piece size must be at least 1 task"),
 ])
 def test_bad_input_gives_exit_2_one_line_and_no_output_file(tmp_path, make_args, message):
     out = tmp_path / "plan.json"
@@ -117,6 +118,16 @@ def test_evaluate_a_split_under_the_call_latency_model(data_dir):
             "--accelerators", "6", "--memory", "1e12", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["objective"] > 0
+
+
+def test_exact_solves_piece_by_piece_between_series_points_or_as_one_model_on_request():
+    pieces = json.loads(run("schedule", EXAMPLE, "--json").stdout)
+    whole = json.loads(run("schedule", EXAMPLE, "--no-decompose", "--json").stdout)
+    assert pieces["solver"] == whole["solver"] == "exact"
+    assert pieces["status"] == whole["status"] == "optimal"
+    assert pieces["objective"] == pytest.approx(whole["objective"], rel=1e-5)
+    assert any(n.startswith("decomposed at series points") for n in pieces["notes"])
+    assert not any(n.startswith("decomposed") for n in whole["notes"])
 
 
 def test_split_schedules_module_by_module_and_proves_a_chain_of_series_points_optimal(tmp_path):

@@ -67,7 +67,8 @@ def cmd_schedule(args) -> dict:
         args.solver = AUTO_SOLVER[args.objective]
     solvers.check_request(args.objective, args.solver, args.time_limit)
     options = {k: v for k, v in (("engine", args.engine), ("symmetry", args.symmetry), ("workers", args.workers),
-                                 ("module_size", args.module_size), ("module_time_limit", args.module_time_limit))
+                                 ("module_size", args.module_size), ("module_time_limit", args.module_time_limit),
+                                 ("decompose", False if args.no_decompose else None), ("piece_size", args.piece_size))
                if v is not None}
     solvers.check_options(args.solver, options)
     for path in (args.gantt or []):
@@ -245,10 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--engine", choices=("auto", "highs", "gurobi"), help="MILP engine (solver milp, ip)")
     s.add_argument("--symmetry", choices=("tasks", "busy", "none"),
                    help="symmetry breaking for identical devices (exact solvers; default tasks)")
-    s.add_argument("--workers", type=int, help="CP-SAT worker threads (exact), processes (split); "
+    s.add_argument("--workers", type=int, help="CP-SAT worker threads (exact, whole model), processes (split, exact by pieces); "
                                                "default: the CPU count")
     s.add_argument("--module-size", type=int, help="split: most tasks per module (default 20)")
     s.add_argument("--module-time-limit", type=float, help="split: seconds per module solve at most (default 0.5)")
+    s.add_argument("--no-decompose", action="store_true",
+                   help="exact: solve the whole graph as one model, not piece by piece between series points")
+    s.add_argument("--piece-size", type=int, help="exact: merge series pieces up to this many tasks (default 20)")
     s.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     s.add_argument("--out", help="write the plan as JSON")
     s.add_argument("--gantt", action="append", help="draw the plan (.png, .svg or .html); repeatable")

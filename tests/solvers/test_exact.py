@@ -8,7 +8,7 @@ import pytest
 
 import diviml
 from diviml import InfeasibleError, Objective, Problem
-from diviml.generators import layered_dag
+from diviml.generators import benchmark_device_types, benchmark_platform, layered_dag
 from diviml.simulate import latency
 from diviml.validate import validate
 
@@ -47,6 +47,50 @@ def test_cp_sat_and_the_milp_agree_on_proven_optima(seed):
         assert a.status == b.status == "optimal", (engine, b.notes)
         assert a.objective == pytest.approx(b.objective, rel=1e-5)
         assert b.bound <= a.objective * (1 + 1e-6) and a.bound <= b.objective * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_solving_piece_by_piece_between_series_points_proves_the_brute_force_optimum(seed):
+    p = Problem(layered_dag(6, seed=seed), diviml.preset("paper-server"))
+    plan = diviml.solve(p, "exact", time_limit=20, piece_size=2)
+    assert plan.notes[0].startswith("decomposed at series points")
+    assert plan.status == "optimal"
+    opt = brute_force_latency(p)
+    assert plan.objective == pytest.approx(opt, rel=1e-5)
+    assert plan.bound <= opt * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_pieces_and_the_whole_model_prove_the_same_optimum(seed):
+    p = Problem(layered_dag(60, seed=seed, device_types=benchmark_device_types(3)), benchmark_platform(3))
+    pieces = diviml.solve(p, "exact", time_limit=60)
+    whole = diviml.solve(p, "exact", time_limit=60, decompose=False)
+    assert pieces.notes[0].startswith("decomposed at series points")
+    assert not any(n.startswith("decomposed") for n in whole.notes)
+    assert pieces.status == whole.status == "optimal"
+    assert pieces.objective == pytest.approx(whole.objective, rel=1e-5)
+    assert pieces.bound <= whole.objective * (1 + 1e-6) and whole.bound <= pieces.objective * (1 + 1e-6)
+    assert validate(pieces, p).ok
+
+
+def test_pieces_coupled_by_co_location_are_solved_as_one_model():
+    g = layered_dag(40, seed=1, device_types=benchmark_device_types(3))
+    first, last = g.topological_order[1], g.topological_order[-2]
+    tasks = [replace(t, colocation="ends") if t.id in (first, last) else t for t in g.tasks]
+    p = Problem(diviml.TaskGraph.create(tasks, g.edges, name=g.name), benchmark_platform(3))
+    plan = diviml.solve(p, "exact", time_limit=30)
+    assert not any(n.startswith("decomposed") for n in plan.notes)
+    assert plan.status == "optimal" and plan.placement[first] == plan.placement[last]
+
+
+def test_a_short_limit_on_many_pieces_says_timeout_and_keeps_a_valid_bound():
+    p = Problem(layered_dag(320, seed=0, device_types=benchmark_device_types(4)), benchmark_platform(4))
+    plan = diviml.solve(p, "exact", time_limit=1.0)
+    full = diviml.solve(p, "exact", time_limit=60)
+    assert full.status == "optimal"
+    assert plan.status == "timeout" and validate(plan, p).ok
+    assert plan.bound <= full.objective * (1 + 1e-6) and plan.objective >= full.objective * (1 - 1e-6)
+    assert plan.solve_time_s < 5
 
 
 def test_the_exact_plan_is_never_worse_than_the_baselines_and_is_validated():

@@ -62,3 +62,6 @@ def test_a_region_without_series_points_is_cut_at_small_multi_channel_boundaries
     chain = detect(TaskGraph.create(tasks, edges), max_size=6)
     assert len(chain.modules) >= 4 and all(len(m.tasks) <= 6 for m in chain.modules)
     assert chain.multi_channel_cuts >= 1 and chain.widest_cut == 2  # the two chains cross every inner cut
+    # the exact solver's decomposition cuts at series points only: the region stays whole
+    whole = detect(TaskGraph.create(tasks, edges), max_size=6, cut_large=False)
+    assert whole.multi_channel_cuts == 0 and max(len(m.tasks) for m in whole.modules) >= 20

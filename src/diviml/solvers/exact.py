@@ -1,5 +1,13 @@
-"""Exact latency and batch scheduling with OR-Tools CP-SAT (the default exact engine): the model is in
-:mod:`.cpsat`, shared with MILP-SPLIT's module solves.
+"""Exact latency and batch scheduling with OR-Tools CP-SAT (the default exact engine).
+
+Latency: where the graph has series points (tasks every input-to-output path passes through) and nothing
+couples the pieces between them (no memory limit that can bind, no co-location, no constants that could
+run early), the optimum is the chain DP of the pieces' optima: each piece is solved with CP-SAT for every
+(entry device, exit device) pair and joined exactly (:func:`.split.solve_chain`, cuts at series points
+only). The plan is proven optimal when every piece is, and the DP on the pieces' bounds is a valid bound
+otherwise. Graphs without that structure, and ``decompose=False``, get the monolithic model
+(:mod:`.cpsat`). Measured on the layered benchmark DAGs: N = 320, K = 3 proven in about 2 s, where the
+monolithic model ends 60 s at a 4-10% gap.
 
 Batch objective: the batch is split the same way for every task into L near-equal sub-batches
 (L = 1 .. number of devices, each solved in turn with its share of the time), so each sub-batch flows
@@ -9,20 +17,45 @@ lower bound, since splits outside that family are not searched.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ..errors import InputError
 from ..plan import Plan
 from ..problem import Problem
+from . import split
 from .cpsat import solve_jobs
 from .jobs import JobGraph
+from .modules import detect
 from .search import Outcome, exact_search
 
 NAME = "exact"
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
-          symmetry: str = "tasks", resolution: int = 10_000_000, progress=None, on_incumbent=None) -> Plan:
-    """``on_incumbent(value)`` is called with the objective of every solution CP-SAT finds (time scale
-    units, rounded down: within about 1e-6 of the plan's value), e.g. to time how soon a quality is reached."""
+          symmetry: str = "tasks", resolution: int = 10_000_000, decompose: bool = True, piece_size: int = 20,
+          progress=None, on_incumbent=None) -> Plan:
+    """``decompose``: solve latency problems piece by piece between series points where that is exact;
+    consecutive pieces are merged up to ``piece_size`` tasks (fewer solves, each still small).
+    ``on_incumbent(value)`` is called with the objective of every solution CP-SAT finds on the whole graph
+    (time scale units, rounded down: within about 1e-6 of the plan's value), e.g. to time how soon a quality
+    is reached; a decomposed solve calls it once, with its plan."""
+    if decompose and problem.objective.kind == "latency":
+        chain = detect(problem.graph, piece_size, cut_large=False)
+        if len(chain.modules) > 1 and split.separable(problem, chain):
+            plan = split.solve_chain(problem, chain, time_limit=time_limit, seed=seed, workers=workers,
+                                     module_time_limit=time_limit, progress=progress, label="exact")
+            if on_incumbent:
+                on_incumbent(plan.objective)
+            note = (f"decomposed at series points into {len(chain.modules)} pieces, each solved exactly for every "
+                    "(entry, exit) device pair and joined by the chain DP")
+            return replace(plan, solver=NAME, notes=(note,) + plan.notes)
+
     def engine(jobs: JobGraph, upper: float, budget: float) -> Outcome:
         return solve_jobs(jobs, upper=upper, time_limit=budget, seed=seed, workers=workers, symmetry=symmetry,
                           resolution=resolution, progress=progress, on_incumbent=on_incumbent)
     return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry)
+
+
+def check_options(*, piece_size: int = 20, **_) -> None:
+    if piece_size < 1:
+        raise InputError(f"piece size must be at least 1 task, got {piece_size}")

@@ -10,7 +10,8 @@
 3. Series points split the graph into groups; consecutive small groups are merged up to ``max_size``
    tasks (one exact solve covers them); a group larger than that (dense blocks, randomly wired stages) is
    cut further at *multi-channel* cuts, chosen by a dynamic program that minimises the tensors crossing
-   the cuts (and the number of modules), with every module at most ``max_size`` tasks.
+   the cuts (and the number of modules), with every module at most ``max_size`` tasks, unless
+   ``cut_large`` is off (the exact solver's decomposition, which cuts at series points only).
 
 Each module's *exit* is its last non-constant task: the task whose device is the join's state.
 """
@@ -105,16 +106,16 @@ def series_points(graph: TaskGraph, order: list[str]) -> list[int]:
     return out
 
 
-def detect(graph: TaskGraph, max_size: int = 20, crossing_weight: float = 2.0) -> Chain:
+def detect(graph: TaskGraph, max_size: int = 20, crossing_weight: float = 2.0, *, cut_large: bool = True) -> Chain:
     """The chain of modules of ``graph``; ``crossing_weight``: how many modules one extra crossing tensor
-    is worth avoiding in the cut DP."""
+    is worth avoiding in the cut DP; ``cut_large=False`` keeps groups between series points whole."""
     if max_size < 1:
         raise InputError(f"module size must be at least 1 task, got {max_size}")
     fixed = constants(graph)
     order = [t for t in graph.topological_order if t not in fixed]
     widths = cut_widths(graph, order)
     series = series_points(graph, order)
-    ends = _cuts(order, widths, series, max_size, crossing_weight)
+    ends = _cuts(order, widths, series, max_size, crossing_weight, cut_large)
     # modules of non-constant tasks: (start, end] position ranges
     spans, begin = [], 0
     for e in ends:
@@ -134,7 +135,8 @@ def detect(graph: TaskGraph, max_size: int = 20, crossing_weight: float = 2.0) -
     return Chain(tuple(modules), tuple(order[p] for p in series), fixed)
 
 
-def _cuts(order: list[str], widths: list[int], series: list[int], max_size: int, weight: float) -> list[int]:
+def _cuts(order: list[str], widths: list[int], series: list[int], max_size: int, weight: float,
+          cut_large: bool) -> list[int]:
     """Last positions of the modules: series groups merged up to ``max_size``, large ones cut by a DP."""
     n = len(order)
     if n == 0:
@@ -143,7 +145,7 @@ def _cuts(order: list[str], widths: list[int], series: list[int], max_size: int,
     ends: list[int] = []
     begin = 0
     for e in group_ends:
-        if e - begin + 1 > max_size:
+        if e - begin + 1 > max_size and cut_large:
             ends.extend(_dp_cuts(widths, begin, e, max_size, weight))
         else:
             ends.append(e)

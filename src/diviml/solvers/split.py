@@ -41,6 +41,7 @@ from .modules import Chain, detect
 from .search import baseline_plan
 
 NAME = "split"
+SMALL_MODULE = 40  # jobs; CP-SAT without presolve and linearization up to this size (see cpsat.solve_jobs)
 
 
 @dataclass
@@ -101,7 +102,7 @@ def _solve_module(request: _Request) -> _Answer:
                 for d in jobs.devices(j)) for j in jobs.jobs)
     if request.time_limit >= 0.02:
         out = cpsat.solve_jobs(jobs, upper=max(upper, 1e-12), time_limit=request.time_limit, seed=request.seed,
-                               workers=1, symmetry="none", small=True)
+                               workers=1, symmetry="none", small=len(jobs.jobs) <= SMALL_MODULE)
         if out.device_of is not None:
             return _Answer(out.device_of, out.start, out.status, out.bound)
         if out.status == "infeasible":
@@ -123,15 +124,33 @@ class _Pool:
             context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
             self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
                                                 initargs=(problem,))
+        self.proven: dict = {}  # request key -> optimal answer, reused by later passes over the chain
+        self.reused = 0  # requests answered without a solve (proven earlier, or the same in one batch)
 
     def map(self, requests: list[_Request]) -> list[_Answer]:
-        if self.executor is None or len(requests) == 1:
-            return [_solve_module(r) for r in requests]
-        return list(self.executor.map(_solve_module, requests))
+        keys = [_key(r) for r in requests]
+        todo: dict = {}
+        for r, k in zip(requests, keys):
+            if k not in self.proven and k not in todo:
+                todo[k] = r
+        if self.executor is None or len(todo) <= 1:
+            fresh = dict(zip(todo, map(_solve_module, todo.values())))
+        else:
+            fresh = dict(zip(todo, self.executor.map(_solve_module, todo.values())))
+        self.reused += len(requests) - len(fresh)
+        self.proven.update((k, a) for k, a in fresh.items() if a.status == "optimal")
+        return [fresh[k] if k in fresh else self.proven[k] for k in keys]
 
     def close(self) -> None:
         if self.executor is not None:
             self.executor.shutdown(cancel_futures=True)
+
+
+def _key(request: _Request) -> tuple:
+    """What a module solve's answer depends on, besides its time limit and seed."""
+    capacity = tuple(sorted(request.capacity.items())) if request.capacity is not None else None
+    return (request.tasks, request.sizes, tuple(sorted(request.release.items())),
+            tuple(sorted(request.only.items())), capacity)
 
 
 def _releases(problem: Problem, jobs: list[JobKey], sizes, partial: _Partial) -> dict:
@@ -228,6 +247,7 @@ class _JoinResult:
     heft_solves: int = 0
     repaired: bool = False
     lower: float = 0.0
+    share_bound: bool = False  # some solve ended unproven at a limit below module_time_limit
 
 
 def _exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[str, ...] | None]:
@@ -237,17 +257,28 @@ def _exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[s
 
 
 def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, watch: Stopwatch, *,
-          memory_binds: bool, module_time_limit: float, seed: int, progress, label: str) -> _JoinResult:
-    """The Viterbi walk over the chain for one batch split (``memory_binds``: track memory budgets)."""
+          memory_binds: bool, module_time_limit: float, seed: int, progress, label: str,
+          scale: float = 1.0) -> _JoinResult:
+    """The Viterbi walk over the chain for one batch split (``memory_binds``: track memory budgets).
+
+    Each step gets a share of the time left in proportion to its module's size, times ``scale``, spread
+    over the solves the pool runs side by side (and never more than the time left)."""
     look = _Lookahead(problem, chain, sizes)
     states: dict = {(): _Partial(memory_left={d.name: d.memory_bytes for d in problem.platform.devices})}
     result = _JoinResult(None)
     n = len(chain.modules)
+    remaining = sum(len(m.tasks) for m in chain.modules)
     for i, module in enumerate(chain.modules):
         requests = len(states) * len(_exit_options(problem, module.exit, len(sizes)))
-        # this step's share of the time, spread over the solves the pool runs side by side
-        limit = min(module_time_limit, watch.left / (n - i) * min(pool.workers, requests) / requests)
+        # this step's share of the time (in proportion to its size), spread over the solves run side by side
+        share = watch.left * len(module.tasks) / remaining
+        remaining -= len(module.tasks)
+        parallel = min(pool.workers, requests) / requests
+        limit = min(module_time_limit, share * scale * parallel, watch.left * parallel)
+        before = result.optimal_solves, result.solves
         new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result)
+        if limit < module_time_limit and result.optimal_solves - before[0] < result.solves - before[1]:
+            result.share_bound = True
         if not new_states and memory_binds:
             # no state can hold this module: place the rest ignoring memory, and repair at the end
             memory_binds, result.repaired = False, True
@@ -257,7 +288,7 @@ def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, w
         states = new_states
         if progress:
             best = min(p.estimate for p in states.values())
-            progress(f"  split{label}: module {i + 1}/{n} ({len(module.tasks)} tasks), best estimate "
+            progress(f"  {label}: module {i + 1}/{n} ({len(module.tasks)} tasks), best estimate "
                      f"{best:.6g} at {watch.elapsed:.1f} s")
     result.partial = min(states.values(), key=lambda p: p.makespan)
     result.lower = min(p.lower for p in states.values())
@@ -298,6 +329,23 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
     # one state per exit device is the exact DP for one copy; with several copies keep the best few
     beam = len(problem.platform.devices) + 1
     return dict(sorted(new_states.items(), key=lambda kv: kv[1].estimate)[:beam])
+
+
+def _plan_of(problem: Problem, sizes, res: _JoinResult, exact_chain: bool, watch: Stopwatch, notes: list) -> Plan | None:
+    """The join's plan (memory repaired where it had to be), or None with a note saying why there is none."""
+    if res.partial is None:
+        notes.append(f"the join found no plan for {len(sizes)} sub-batch(es) within the pins and memory")
+        return None
+    device_of = res.partial.device_of
+    if res.repaired:
+        try:
+            device_of = repair_memory(problem, device_of)
+        except InfeasibleError:
+            notes.append(f"the plan for {len(sizes)} sub-batch(es) overflowed memory beyond repair")
+            return None
+    bound = res.lower if exact_chain and not res.repaired else None
+    return heft.plan_from_jobs(JobGraph(problem, sizes), device_of, res.partial.start, solver=NAME,
+                               status="feasible", watch=watch, bound=bound)
 
 
 def repair_memory(problem: Problem, device_of: dict[JobKey, str]) -> dict[JobKey, str]:
@@ -345,61 +393,75 @@ def check_options(*, module_size: int = 20, module_time_limit: float = 0.5, **_)
         raise InputError(f"module time limit must be positive, got {module_time_limit}")
 
 
+def separable(problem: Problem, chain: Chain) -> bool:
+    """Whether the latency optimum is the chain DP of the modules' optima: every cut a series point, no
+    constants that could run early, no memory limit that can bind and no co-location coupling modules."""
+    return (problem.objective.kind == "latency" and chain.multi_channel_cuts == 0 and not chain.constants
+            and not problem.colocation_groups and not JobGraph.whole(problem).memory_limits())
+
+
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
           module_size: int = 20, module_time_limit: float = 0.5, progress=None) -> Plan:
     """MILP-SPLIT: modules of at most ``module_size`` tasks, each solve given at most ``module_time_limit``."""
     check_options(module_size=module_size, module_time_limit=module_time_limit)
+    return solve_chain(problem, detect(problem.graph, module_size), time_limit=time_limit, seed=seed,
+                       workers=workers, module_time_limit=module_time_limit, progress=progress,
+                       size_note=f"at most {module_size} tasks; ")
+
+
+def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int = 0, workers: int | None = None,
+                module_time_limit: float, progress=None, label: str = NAME, size_note: str = "") -> Plan:
+    """Solve each module of ``chain`` for every (state, exit) pair and join them; the best plan of the join
+    and the baselines, proven optimal when the chain is :func:`separable` and every module solve is."""
     watch = Stopwatch(time_limit)
-    chain = detect(problem.graph, module_size)
     baseline = baseline_plan(problem, watch)
     splits = batch_splits(problem)
     workers = workers or max(os.cpu_count() or 1, 1)
     if progress:
-        progress(f"split: {len(chain.modules)} modules (at most {module_size} tasks; {len(chain.series_points)} "
+        progress(f"{label}: {len(chain.modules)} modules ({size_note}{len(chain.series_points)} "
                  f"series points, {chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} "
                  f"tensors), {workers} worker(s)")
-    # on a chain of series points the DP run on the module solves' bounds bounds the optimum (latency, no
-    # constants that could run early, no memory or co-location coupling the modules)
     memory_binds = bool(JobGraph.whole(problem).memory_limits())
-    exact_chain = (problem.objective.kind == "latency" and chain.multi_channel_cuts == 0 and not chain.constants
-                   and not problem.colocation_groups and not memory_binds)
-    chain_bound = None
+    # on a separable chain the DP run on the module solves' bounds bounds the optimum
+    exact_chain = separable(problem, chain)
+    chain_bound, proven = None, False
     pool = _Pool(problem, workers)
     best, stats, notes = baseline, {}, []
-    solves = optimal = heft_only = 0
+    solves = optimal = heft_only = passes = 0
     try:
         for i, sizes in enumerate(splits):
             share = Stopwatch(watch.left / (len(splits) - i))
-            label = f" [{len(sizes)} sub-batches]" if len(splits) > 1 else ""
-            res = _join(problem, chain, sizes, pool, share, memory_binds=memory_binds,
-                        module_time_limit=module_time_limit, seed=seed, progress=progress, label=label)
-            solves, optimal, heft_only = solves + res.solves, optimal + res.optimal_solves, heft_only + res.heft_solves
-            if res.partial is None:
-                notes.append(f"the join found no plan for {len(sizes)} sub-batch(es) within the pins and memory")
-                continue
-            device_of = res.partial.device_of
-            if res.repaired:
-                try:
-                    device_of = repair_memory(problem, device_of)
-                except InfeasibleError:
-                    notes.append(f"the plan for {len(sizes)} sub-batch(es) overflowed memory beyond repair")
-                    continue
-            if exact_chain and not res.repaired:
-                chain_bound = res.lower
-            plan = heft.plan_from_jobs(JobGraph(problem, sizes), device_of, res.partial.start, solver=NAME,
-                                       status="feasible", watch=watch, bound=chain_bound)
-            if best is None or plan.objective < best.objective:
-                best = plan
-                stats["join_makespan"] = res.partial.makespan
-                notes = [n for n in notes if not n.startswith(("batch split", "memory repaired"))]
-                if res.repaired:
-                    notes.append("memory repaired: a module fitted no state's budget, tasks were moved after")
-                if len(sizes) > 1:
-                    notes.append(f"batch split into {len(sizes)} sub-batches ({'/'.join(map(str, sizes))} samples)")
+            scale = 1.0
+            while True:
+                res = _join(problem, chain, sizes, pool, share, memory_binds=memory_binds,
+                            module_time_limit=module_time_limit, seed=seed, progress=progress, scale=scale,
+                            label=label + (f" [{len(sizes)} sub-batches]" if len(splits) > 1 else ""))
+                passes += 1
+                solves, optimal = solves + res.solves, optimal + res.optimal_solves
+                heft_only += res.heft_solves
+                plan = _plan_of(problem, sizes, res, exact_chain, watch, notes)
+                if plan is not None and exact_chain:
+                    chain_bound = max(chain_bound or 0.0, res.lower)
+                    proven = proven or res.optimal_solves == res.solves
+                if plan is not None and (best is None or plan.objective < best.objective):
+                    best = plan
+                    stats["join_makespan"] = res.partial.makespan
+                    notes = [n for n in notes if not n.startswith(("batch split", "memory repaired"))]
+                    if res.repaired:
+                        notes.append("memory repaired: a module fitted no state's budget, tasks were moved after")
+                    if len(sizes) > 1:
+                        notes.append(f"batch split into {len(sizes)} sub-batches "
+                                     f"({'/'.join(map(str, sizes))} samples)")
+                # a separable chain with unfinished module solves is walked again with 4x their time; the
+                # proven answers are reused, so the time goes to the unfinished ones
+                if (proven or plan is None or not exact_chain or not res.share_bound
+                        or share.left < 0.05 * share.limit):
+                    break
+                scale *= 4
     finally:
         pool.close()
     if best is None:
-        raise InfeasibleError("split found no plan within the memory limits and no baseline fits: raise the "
+        raise InfeasibleError(f"{label} found no plan within the memory limits and no baseline fits: raise the "
                               "memory limit or the module size")
     if best.solver != NAME:
         notes.append(f"kept the baseline plan ({best.solver}): the join found nothing better")
@@ -407,17 +469,19 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
         stats["chain_bound"] = chain_bound
         notes.append("every cut is a series point: the bound is the join's dynamic program on the module bounds")
     bound = max(best.bound, min(chain_bound or 0.0, best.objective))
+    walks = f" in {passes} passes" if passes > len(splits) else ""
     notes.insert(0, f"{len(chain.modules)} modules ({len(chain.series_points)} series points, "
                     f"{chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} tensors); "
-                    f"{solves} module solves, {optimal} proven optimal, {heft_only} from HEFT")
+                    f"{solves} module solves{walks} ({pool.reused} answered without solving), {optimal} proven "
+                    f"optimal, {heft_only} from HEFT")
     stats.update({"modules": float(len(chain.modules)), "module_solves": float(solves),
                   "module_solves_optimal": float(optimal), "module_solves_heft": float(heft_only),
                   "widest_cut": float(chain.widest_cut)})
     if baseline is not None:
         stats["baseline_objective"] = baseline.objective
     # as for exact: "optimal" when the integer models are proven optimal (here every module's, on a chain)
-    proven = chain_bound is not None and best.solver == NAME and optimal == solves
-    status = "optimal" if proven or best.objective <= bound * (1 + 1e-9) else (
-        "timeout" if heft_only or watch.expired else "feasible")
+    unfinished = heft_only or optimal < solves
+    status = "optimal" if (proven and best.solver == NAME) or best.objective <= bound * (1 + 1e-9) else (
+        "timeout" if (exact_chain and unfinished) or heft_only or watch.expired else "feasible")
     return replace(best, solver=NAME, status=status, bound=bound, solve_time_s=watch.elapsed, notes=tuple(notes),
                    stats={**best.stats, **stats})
