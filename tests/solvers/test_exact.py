@@ -10,6 +10,8 @@ import diviml
 from diviml import InfeasibleError, Objective, Problem
 from diviml.generators import benchmark_device_types, benchmark_platform, layered_dag
 from diviml.simulate import latency
+from diviml.solvers.jobs import batch_splits
+from diviml.solvers.search import promising_splits
 from diviml.validate import validate
 
 
@@ -158,6 +160,22 @@ def test_batch_plans_split_the_batch_and_beat_the_best_single_device():
     assert plan.objective <= diviml.solve(p, "heft", time_limit=5).objective
     assert plan.stats["speedup_vs_best_device"] == pytest.approx(single.objective / plan.objective)
     assert plan.bound <= plan.objective
+
+
+def test_a_batch_split_far_behind_the_best_under_heft_is_not_searched():
+    # costs flat in the batch size (launch-bound): splitting the batch only multiplies the work
+    g = layered_dag(30, seed=1)
+    flat = [replace(t, time_by_batch={dt: {b: t.time[dt] for b in table} for dt, table in t.time_by_batch.items()})
+            for t in g.tasks]
+    launch_bound = Problem(diviml.TaskGraph.create(flat, g.edges), diviml.preset("paper-server"),
+                           Objective("batch", batch_size=8))
+    assert promising_splits(launch_bound) == [(8,)]
+    plan = diviml.solve(launch_bound, "exact", time_limit=10)
+    assert any("(1 of them;" in n for n in plan.notes) and validate(plan, launch_bound).ok
+    # with costs that grow with the batch, every split is close and all are searched, best first
+    scaling = Problem(g, diviml.preset("paper-server"), Objective("batch", batch_size=8))
+    assert sorted(promising_splits(scaling)) == sorted(batch_splits(scaling))
+    assert promising_splits(scaling)[0] == (8,)
 
 
 def test_gurobi_size_limit_is_said_in_one_line_and_highs_solves_instead():

@@ -10,7 +10,8 @@ otherwise. Graphs without that structure, and ``decompose=False``, get the monol
 monolithic model ends 60 s at a 4-10% gap.
 
 Batch objective: the batch is split the same way for every task into L near-equal sub-batches
-(L = 1 .. number of devices, each solved in turn with its share of the time), so each sub-batch flows
+(L = 1 .. number of devices, skipping splits whose HEFT makespan is far behind the best split's, see
+:func:`.search.promising_splits`; each solved in turn with its share of the time), so each sub-batch flows
 through the graph as its own copy (see :mod:`.jobs`); the best is kept. The bound is the problem's general
 lower bound, since splits outside that family are not searched.
 """

@@ -18,7 +18,8 @@ Memory is a per-state budget: each module gets what its partial schedule left on
 fits; when no state can place a module, the rest is placed ignoring memory and a repair pass moves tasks
 off over-full devices (:func:`repair_memory`). The final plan is always simulated and validated.
 
-Batch objective: as in :mod:`.exact`, the batch is split into L = 1 .. K near-equal sub-batches, each a
+Batch objective: as in :mod:`.exact`, the batch is split into L near-equal sub-batches (the promising L
+in 1 .. K, :func:`.search.promising_splits`), each a
 copy of the graph; the state is the exit device of every copy, and the exit options are each single
 device for all copies or free. The plan is the best of the join's plans and the baselines (HEFT, best
 single device); its bound is the problem's lower bound.
@@ -36,9 +37,9 @@ from ..plan import Plan
 from ..problem import Problem
 from . import cpsat, heft
 from ._common import Stopwatch
-from .jobs import JobGraph, JobKey, batch_splits
+from .jobs import JobGraph, JobKey
 from .modules import Chain, detect
-from .search import baseline_plan
+from .search import baseline_plan, promising_splits
 
 NAME = "split"
 SMALL_MODULE = 40  # jobs; CP-SAT without presolve and linearization up to this size (see cpsat.solve_jobs)
@@ -415,7 +416,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     and the baselines, proven optimal when the chain is :func:`separable` and every module solve is."""
     watch = Stopwatch(time_limit)
     baseline = baseline_plan(problem, watch)
-    splits = batch_splits(problem)
+    splits = promising_splits(problem)
     workers = workers or max(os.cpu_count() or 1, 1)
     if progress:
         progress(f"{label}: {len(chain.modules)} modules ({size_note}{len(chain.series_points)} "
