@@ -137,11 +137,11 @@ def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideal
     arg_class = np.full((len(masks), n_states), -1, dtype=np.int8)
     num_prod = len(contracted.producers)
     graph_arrays = (
-        *_csr(transitions),
+        *_csr(transitions, 3),  # pointers, positions, classes, child ideals
         np.array(times, dtype=np.float64).reshape(nd, num), np.array(sizes, dtype=np.float64),
         np.array([dc.memory for dc in dclasses], dtype=np.float64),
         np.array([not dc.is_host for dc in dclasses]), np.array(hop, dtype=np.float64).reshape(nd, num_prod),
-        *_csr_lists(produced_by), *_csr_lists(consumed_by),
+        *_csr(produced_by), *_csr(consumed_by),
         np.array([pc for _, pc, _ in contracted.producers], dtype=np.int64),
         np.array([len(consumers) for _, _, consumers in contracted.producers], dtype=np.int64),
         state_ok, radix)
@@ -169,21 +169,12 @@ def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideal
     return float(value), placement, {"ideals": float(len(masks)), "pairs": float(pairs), "dp_value": float(value)}
 
 
-def _csr(rows: list[list[tuple[int, int, int]]]):
-    """Transitions per ideal as (row pointers, positions, child ideals, classes)."""
+def _csr(rows: list[list], width: int = 1):
+    """Row pointers and the rows' items, one after another (``width`` ints per item: one column each)."""
     ptr = np.zeros(len(rows) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(r) for r in rows])
-    flat = [x for r in rows for x in r]
-    pos = np.array([x[0] for x in flat], dtype=np.int64)
-    cls = np.array([x[1] for x in flat], dtype=np.int64)
-    child = np.array([x[2] for x in flat], dtype=np.int64)
-    return ptr, pos, child, cls
-
-
-def _csr_lists(rows: list[list[int]]):
-    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(r) for r in rows])
-    return ptr, np.array([x for r in rows for x in r], dtype=np.int64)
+    items = np.array([x for r in rows for x in r], dtype=np.int64).reshape(-1, width)
+    return (ptr, *(np.ascontiguousarray(col) for col in items.T))
 
 
 def _upper_bound(problem: Problem, watch: Stopwatch) -> float:

@@ -19,7 +19,7 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def walk_from(i, trans_ptr, trans_pos, trans_child, trans_class, times, sizes, memory, comm_class, hop,
+def walk_from(i, trans_ptr, trans_pos, trans_class, trans_child, times, sizes, memory, comm_class, hop,
               prod_ptr, prod_list, cons_ptr, cons_list, producer_class, need, state_ok, radix, upper,
               dp, arg_prev, arg_class, in_set, count, comp, comm, stack_ideal, stack_next, stack_class,
               stack_delta):
@@ -98,27 +98,22 @@ def walk_from(i, trans_ptr, trans_pos, trans_child, trans_class, times, sizes, m
                         dp[child, s] = cand
                         arg_prev[child, s] = i
                         arg_class[child, s] = d
-        if alive:  # go down: the child's transitions after position trans_pos[t]
-            depth += 1
-            stack_ideal[depth] = child
-            lo, hi = trans_ptr[child], trans_ptr[child + 1]
-            pos = trans_pos[t]
-            while lo < hi:  # first transition of the child with a larger position
-                mid = (lo + hi) // 2
-                if trans_pos[mid] <= pos:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            stack_next[depth] = lo
-            stack_class[depth] = c
-            for d in range(nd):
-                stack_delta[depth, d] = delta[d]
-        else:  # undo at once
-            size -= sizes[c]
-            for d in range(nd):
-                comp[d] -= times[d, c]
-                comm[d] -= delta[d]
-            for q in range(cons_ptr[c], cons_ptr[c + 1]):
-                count[cons_list[q]] -= 1
-            in_set[c] = False
+        # go down to the child: along its transitions after position trans_pos[t] while S can still be part
+        # of a plan, else none (the next step leaves the frame and takes c out of S again)
+        depth += 1
+        stack_ideal[depth] = child
+        stack_class[depth] = c
+        for d in range(nd):
+            stack_delta[depth, d] = delta[d]
+        lo, hi = trans_ptr[child], trans_ptr[child + 1]
+        if not alive:
+            lo = hi
+        pos = trans_pos[t]
+        while lo < hi:  # first transition of the child with a larger position
+            mid = (lo + hi) // 2
+            if trans_pos[mid] <= pos:
+                lo = mid + 1
+            else:
+                hi = mid
+        stack_next[depth] = lo
     return pairs
