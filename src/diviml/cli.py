@@ -246,8 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--engine", choices=("auto", "highs", "gurobi"), help="MILP engine (solver milp, ip)")
     s.add_argument("--symmetry", choices=("tasks", "busy", "none"),
                    help="symmetry breaking for identical devices (exact solvers; default tasks)")
-    s.add_argument("--workers", type=int, help="CP-SAT worker threads (exact, whole model), processes (split, exact by pieces); "
-                                               "default: the CPU count")
+    s.add_argument("--workers", type=int, help="CP-SAT worker threads (exact, whole model), processes (split, "
+                                               "exact by pieces); default: the CPU count")
     s.add_argument("--module-size", type=int, help="split: most tasks per module (default 20)")
     s.add_argument("--module-time-limit", type=float, help="split: seconds per module solve at most (default 0.5)")
     s.add_argument("--no-decompose", action="store_true",

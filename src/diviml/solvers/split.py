@@ -332,7 +332,8 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
     return dict(sorted(new_states.items(), key=lambda kv: kv[1].estimate)[:beam])
 
 
-def _plan_of(problem: Problem, sizes, res: _JoinResult, exact_chain: bool, watch: Stopwatch, notes: list) -> Plan | None:
+def _plan_of(problem: Problem, sizes, res: _JoinResult, exact_chain: bool, watch: Stopwatch,
+             notes: list) -> Plan | None:
     """The join's plan (memory repaired where it had to be), or None with a note saying why there is none."""
     if res.partial is None:
         notes.append(f"the join found no plan for {len(sizes)} sub-batch(es) within the pins and memory")
