@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 from scipy.optimize import linprog
-from scipy.sparse import lil_matrix
+from scipy.sparse import csr_matrix
 
 from .problem import Problem
 
@@ -76,31 +76,49 @@ def work_bound(problem: Problem) -> float:
     nx = len(variables)
     n_t = 2 if gpipe else 1  # T (or T_forward, T_backward)
     n_rows_dev = len(devices) * n_t
-    a_ub = lil_matrix((n_rows_dev + len(devices), nx + n_t))
+    a_ub = _Sparse()
     b_ub = np.zeros(n_rows_dev + len(devices))
-    a_eq = lil_matrix((len(groups), nx + n_t))
+    a_eq = _Sparse()
     dev_index = {d: k for k, d in enumerate(devices)}
     graph = problem.graph
     for j, (i, d) in enumerate(variables):
-        a_eq[i, j] = 1.0
+        a_eq.add(i, j, 1.0)
         k = dev_index[d]
         for m in groups[i]:
             phase = 1 if (gpipe and graph.by_id[m].phase == "backward") else 0
-            a_ub[k * n_t + phase, j] += costs[m][d]
-        a_ub[n_rows_dev + k, j] = sum(graph.by_id[m].memory_bytes for m in groups[i])
+            a_ub.add(k * n_t + phase, j, costs[m][d])
+        a_ub.add(n_rows_dev + k, j, sum(graph.by_id[m].memory_bytes for m in groups[i]))
     for k in range(len(devices)):
         for p in range(n_t):
-            a_ub[k * n_t + p, nx + p] = -1.0
+            a_ub.add(k * n_t + p, nx + p, -1.0)
         cap = problem.platform.devices[k].memory_bytes
         b_ub[n_rows_dev + k] = cap if math.isfinite(cap) else 1e300
     c = np.zeros(nx + n_t)
     c[nx:] = 1.0
-    res = linprog(c, A_ub=a_ub.tocsr(), b_ub=b_ub, A_eq=a_eq.tocsr(), b_eq=np.ones(len(groups)),
+    res = linprog(c, A_ub=a_ub.matrix(len(b_ub), nx + n_t), b_ub=b_ub,
+                  A_eq=a_eq.matrix(len(groups), nx + n_t), b_eq=np.ones(len(groups)),
                   bounds=[(0, None)] * (nx + n_t), method="highs")
     if res.status != 0:
         return 0.0
     # the LP optimum is a valid bound only up to solver tolerance: shave a relative 1e-6
     return float(res.fun) / unit * (1 - 1e-6)
+
+
+class _Sparse:
+    """Coefficients collected as (row, column, value) triples; repeated entries add up."""
+
+    def __init__(self):
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+
+    def add(self, row: int, col: int, value: float) -> None:
+        self.rows.append(row)
+        self.cols.append(col)
+        self.vals.append(value)
+
+    def matrix(self, n_rows: int, n_cols: int) -> csr_matrix:
+        return csr_matrix((self.vals, (self.rows, self.cols)), shape=(n_rows, n_cols))
 
 
 def _unit(costs: dict[str, dict[str, float]]) -> float:
@@ -187,17 +205,17 @@ def path_work_bound(problem: Problem) -> float:
         rows_ub.append(r)
         b_ub.append(0.0)
     n = len(cols)
-    a_ub = lil_matrix((len(rows_ub), n))
+    a_ub, a_eq = _Sparse(), _Sparse()
     for i, r in enumerate(rows_ub):
         for j, v in r.items():
-            a_ub[i, j] = v
-    a_eq = lil_matrix((len(rows_eq), n))
+            a_ub.add(i, j, v)
     for i, r in enumerate(rows_eq):
         for j, v in r.items():
-            a_eq[i, j] = v
+            a_eq.add(i, j, v)
     c = np.zeros(n)
     c[c_idx] = 1.0
-    res = linprog(c, A_ub=a_ub.tocsr(), b_ub=np.array(b_ub), A_eq=a_eq.tocsr(), b_eq=np.ones(len(rows_eq)),
+    res = linprog(c, A_ub=a_ub.matrix(len(rows_ub), n), b_ub=np.array(b_ub), A_eq=a_eq.matrix(len(rows_eq), n),
+                  b_eq=np.ones(len(rows_eq)),
                   bounds=[(0, None)] * n, method="highs")
     return float(res.fun) / unit * (1 - 1e-6) if res.status == 0 else 0.0
 

@@ -80,10 +80,11 @@ class Plan:
         return {"objective": self.objective, "bound": self.bound, "gap": self.gap, "status": self.status,
                 "solver": self.solver, "solve_time_s": self.solve_time_s, "objective_kind": self.objective_kind,
                 "time_unit": self.time_unit, "batch_size": self.batch_size,
-                "devices_used": sorted({a.device for a in self.assignments}), "notes": list(self.notes)}
+                "devices_used": sorted({a.device for a in self.assignments}), "notes": list(self.notes),
+                "stats": dict(self.stats)}
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, **self.summary(), "stats": dict(self.stats),
+        return {"schema": SCHEMA, **self.summary(),
                 "assignments": [{k: v for k, v in a.__dict__.items() if v is not None} for a in self.assignments]}
 
     @staticmethod

@@ -55,7 +55,10 @@ def make_plan(problem: Problem, parts: Parts | None = None, *, placement: Mappin
     if parts is None:
         parts = parts_from_placement(problem, placement)
     value, assignments = evaluate(problem, parts, order)
-    best_bound = lower_bound(problem) if bound is None else max(bound, lower_bound(problem))
+    if bound is not None and bound >= value:
+        best_bound = bound  # proven optimal: the generic bounds cannot add anything
+    else:
+        best_bound = lower_bound(problem) if bound is None else max(bound, lower_bound(problem))
     plan = Plan(problem.objective.kind, assignments, value, min(best_bound, value), status, solver,
                 watch.elapsed, problem.graph.time_unit, problem.batch_size, tuple(notes), dict(stats or {}))
     check(plan, problem)

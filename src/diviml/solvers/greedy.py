@@ -58,8 +58,8 @@ def fill(problem: Problem, target: float) -> dict[str, str] | None:
     return placement
 
 
-def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
-    watch = Stopwatch(time_limit)
+def best_fill(problem: Problem, watch: Stopwatch):
+    """(value, target factor, parts) of the best fill over the target shares; None when none fits."""
     base = max(work_bound(problem), 1e-12)
     best = None
     for factor in TARGET_FACTORS:
@@ -74,6 +74,12 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
                 best = (value, factor, parts)
         if watch.expired:
             break
+    return best
+
+
+def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
+    watch = Stopwatch(time_limit)
+    best = best_fill(problem, watch)
     if best is None:
         raise InfeasibleError("greedy could not fit the graph into the devices' memory: raise the memory limit "
                               "or add devices")

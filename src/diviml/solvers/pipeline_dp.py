@@ -29,6 +29,7 @@ from .pipeline_common import Contracted, class_times, device_classes
 from .pipeline_dp_kernel import walk_from
 
 NAME = "dp"
+SMALL_GRAPH = 64  # classes; below this the exact pass is fast enough without a first, restricted pass
 
 
 class BudgetExceeded(InputError):
@@ -80,12 +81,14 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, max_idea
     if problem.is_training and problem.objective.training == "gpipe":
         raise InputError("the DP handles inference and PipeDream training; for GPipe use --solver ip")
     upper = _upper_bound(problem, watch)
-    restricted = Contracted(problem, attach_isolated=True)
-    if restricted.num_classes < Contracted(problem).num_classes:
-        # a first pass with isolated classes attached gives a tight cut for the exact pass
-        value, _, _ = run_dp(problem, restricted, watch, max_ideals, max_pairs, upper, progress)
-        upper = min(upper, value * (1 + 1e-9))
-    value, placement, stats = run_dp(problem, Contracted(problem), watch, max_ideals, max_pairs, upper, progress)
+    contracted = Contracted(problem)
+    if contracted.num_classes > SMALL_GRAPH:
+        restricted = Contracted(problem, attach_isolated=True)
+        if restricted.num_classes < contracted.num_classes:
+            # a first pass with isolated classes attached gives a tight cut for the exact pass
+            value, _, _ = run_dp(problem, restricted, watch, max_ideals, max_pairs, upper, progress)
+            upper = min(upper, value * (1 + 1e-9))
+    value, placement, stats = run_dp(problem, contracted, watch, max_ideals, max_pairs, upper, progress)
     contiguous = problem.objective.contiguous
     return make_plan(problem, placement=placement, solver=NAME, status="optimal" if contiguous else "feasible",
                      watch=watch, bound=value if contiguous else None,
@@ -184,10 +187,8 @@ def _upper_bound(problem: Problem, watch: Stopwatch) -> float:
     from . import greedy
     from ..problem import Objective
     contiguous = replace(problem, objective=replace(problem.objective, contiguous=True))
-    try:
-        return greedy.solve(contiguous, time_limit=max(1.0, watch.left / 10)).objective * (1 + 1e-9)
-    except Exception:  # noqa: BLE001 - any failure only means no cut
-        return math.inf
+    best = greedy.best_fill(contiguous, Stopwatch(max(1.0, watch.left / 10)))
+    return math.inf if best is None else best[0] * (1 + 1e-9)
 
 
 def _reconstruct(masks, arg_prev, arg_class, radix, dclasses, contracted, j, s) -> dict[str, str]:
