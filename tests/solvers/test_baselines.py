@@ -44,6 +44,16 @@ def test_greedy_contiguous_pipeline_split_is_valid(data_dir):
     assert validate(plan, p).ok
 
 
+def test_greedy_is_never_worse_than_one_accelerator_when_transfers_dominate(data_dir):
+    # operator graphs pay dearly for every cut: a fill that ignored transfers was 4.5x worse than one device
+    p = diviml.load_problem(data_dir / "throughput-inputs/OperatorGraphs/bert_l-3_inference.json",
+                            objective=Objective("pipeline"))
+    greedy = diviml.solve(p, "greedy", time_limit=10)
+    one = diviml.solve(p, "best-device", time_limit=10)
+    assert validate(greedy, p).ok
+    assert greedy.objective <= one.objective * (1 + 1e-9)
+
+
 def test_best_device_says_so_when_no_single_device_holds_the_graph():
     g = layered_dag(10, seed=1)
     tiny = diviml.Platform.from_dict({"devices": [

@@ -1,12 +1,15 @@
 """Baseline: memory-aware topological fill.
 
-Walk the tasks in topological order and fill devices one after another, fastest device first, until a
-device's compute reaches a target share of the balanced load (or its memory is full), then move on.
-Several target shares are tried; the best plan under the problem's objective is kept. The result is a
+Walk the tasks in a topological order and fill devices one after another, fastest device first, until a
+device's load (compute plus the transfer hops into and out of it so far) would pass a target share of the
+balanced load (or its memory is full), then move on. Several target shares and two orders (breadth-first
+and depth-first) are tried; the best plan under the problem's objective is kept. The result is a
 contiguous split (a pipeline), a sensible start for pipelined throughput and a plain yardstick for latency.
 """
 
 from __future__ import annotations
+
+import math
 
 from ..bounds import work_bound
 from ..errors import InfeasibleError
@@ -15,10 +18,12 @@ from ..validate import _contiguity_violations
 from ._common import Stopwatch, evaluate, make_plan
 
 NAME = "greedy"
-TARGET_FACTORS = (1.0, 1.05, 1.15, 1.3, 1.6, 2.0, 3.0)
+TARGET_FACTORS = (1.0, 1.05, 1.15, 1.3, 1.6, 2.0, 3.0, math.inf)  # inf: one device, memory permitting
 
 
-def fill(problem: Problem, target: float) -> dict[str, str] | None:
+def fill(problem: Problem, target: float, order: list[str]) -> dict[str, str] | None:
+    """Place the tasks in ``order``, filling one device until its load (compute plus the transfer hops
+    its tasks cause so far) would pass ``target``, then moving on to the next."""
     graph, platform = problem.graph, problem.platform
     n = problem.batch_size
     speed = {d.name: sum(problem.time(t.id, d.name, n) for t in graph.tasks if d.name in problem.allowed_devices[t.id])
@@ -26,10 +31,20 @@ def fill(problem: Problem, target: float) -> dict[str, str] | None:
     devices = sorted((d.name for d in platform.devices), key=lambda d: (speed[d], platform.index[d]))
     load = {d: 0.0 for d in devices}
     memory_left = {d: platform.by_name[d].memory_bytes for d in devices}
+    entered: dict[str, set[str]] = {d: set() for d in devices}  # producers whose output enters d
+    left: dict[str, set[str]] = {d: set() for d in devices}  # producers on d whose output leaves d
     groups = problem.colocation_groups
     placement: dict[str, str] = {}
+
+    def hop(u: str, d: str) -> float:
+        return platform.hop_time(graph.by_id[u], platform.by_name[d])
+
+    def inputs(members, d: str) -> set[str]:
+        return {u for m in members for u in graph.predecessors[m]
+                if u in placement and placement[u] != d and u not in entered[d]}
+
     current = 0
-    for t in graph.topological_order:
+    for t in order:
         if t in placement:
             continue
         task = graph.by_id[t]
@@ -40,10 +55,13 @@ def fill(problem: Problem, target: float) -> dict[str, str] | None:
             return memory_left[d] >= need and all(d in problem.allowed_devices[m] for m in members)
 
         def cost(d: str) -> float:
-            return sum(problem.time(m, d, n) for m in members)
+            return sum(problem.time(m, d, n) for m in members) + sum(hop(u, d) for u in inputs(members, d))
 
         while (current < len(devices) - 1 and load[devices[current]] > 0
                and (not fits(devices[current]) or load[devices[current]] + cost(devices[current]) > target)):
+            here, there = devices[current], devices[current + 1]
+            if fits(here) and fits(there) and load[there] + cost(there) >= load[here] + cost(here):
+                break  # the next device would end up busier than this one: stay
             current += 1
         choice = devices[current] if fits(devices[current]) else None
         if choice is None:
@@ -51,19 +69,46 @@ def fill(problem: Problem, target: float) -> dict[str, str] | None:
             if not usable:
                 return None
             choice = min(usable, key=lambda d: (load[d] + cost(d), platform.index[d]))
+        load[choice] += cost(choice)
+        for u in inputs(members, choice):
+            entered[choice].add(u)
+            source = placement[u]
+            if u not in left[source]:
+                left[source].add(u)
+                load[source] += hop(u, source)
         for m in members:
             placement[m] = choice
-        load[choice] += cost(choice)
         memory_left[choice] -= need
     return placement
+
+
+def depth_first_order(problem: Problem) -> list[str]:
+    """A topological order that finishes a branch before starting the next (the last task made ready
+    goes first), so that a fill keeps branches together instead of cutting across them."""
+    graph = problem.graph
+    rank = {t: i for i, t in enumerate(graph.topological_order)}
+    missing = {t: len(graph.predecessors[t]) for t in rank}
+    stack = sorted((t for t, k in missing.items() if k == 0), key=rank.get, reverse=True)
+    order = []
+    while stack:
+        t = stack.pop()
+        order.append(t)
+        ready = []
+        for v in graph.successors[t]:
+            missing[v] -= 1
+            if missing[v] == 0:
+                ready.append(v)
+        stack.extend(sorted(ready, key=rank.get, reverse=True))
+    return order
 
 
 def best_fill(problem: Problem, watch: Stopwatch):
     """(value, target factor, parts) of the best fill over the target shares; None when none fits."""
     base = max(work_bound(problem), 1e-12)
     best = None
-    for factor in TARGET_FACTORS:
-        placement = fill(problem, base * factor)
+    orders = (problem.graph.topological_order, depth_first_order(problem))
+    for order, factor in ((o, f) for o in orders for f in TARGET_FACTORS):
+        placement = fill(problem, base * factor, order)
         contiguous_ok = placement is not None and not (
             problem.objective.kind == "pipeline" and problem.objective.contiguous
             and _contiguity_violations(problem, placement))
