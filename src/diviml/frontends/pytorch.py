@@ -147,9 +147,18 @@ def count_flops(target, args, out, module=None) -> float:
     return _numel(out)
 
 
+MIN_SAMPLE_S = 2e-4  # an operator faster than this is timed over several back-to-back calls per sample
+
+
 def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: int | None = 1,
             progress: Callable[[str], None] | None = None) -> list[NodeRecord]:
-    """Run the graph node by node, recording costs and (repeats > 0) the median time of every operator."""
+    """Run the graph node by node, recording costs and (repeats > 0) the median time of every operator.
+
+    The graph runs ``repeats`` times after the warm-up; each pass times every operator's own call once
+    (averaged over enough back-to-back calls to reach MIN_SAMPLE_S). Samples of one operator are thus
+    spread over the whole profile, so a burst of noise on a shared machine spoils one sample of many
+    operators, not every sample of a few: re-profiling gives steadier medians than timing each operator's
+    repeats back to back."""
     torch = _torch()
     if threads:
         torch.set_num_threads(threads)
@@ -157,68 +166,73 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
     modules = dict(gm.named_modules())
     alias: dict[str, str] = {}
     records: dict[str, NodeRecord] = {}
+    calls_per_sample: dict[str, int] = {}
     state_names = set(captured.state)
     user = set(captured.user_inputs)
+    timing = [False]
 
     class Recorder(torch.fx.Interpreter):
         def run_node(self, node):
-            result = super().run_node(node)
             if node.op == "placeholder":
-                if node.name in user:
+                result = super().run_node(node)
+                if node.name in user and node.name not in records:
                     records[node.name] = NodeRecord(node.name, "input", [], [], 0.0, 0.0, _nbytes(result))
                 return result
-            if node.op in ("call_function", "call_method", "call_module"):
-                if node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem":
-                    alias[node.name] = alias.get(node.args[0].name, node.args[0].name)
-                    return result
-                args, kwargs = self.fetch_args_kwargs_from_env(node)
-                producers, reads = [], []
-                for a in node.all_input_nodes:
-                    src = alias.get(a.name, a.name)
-                    if a.name in state_names:
-                        reads.append(a.name)
-                    elif src in records and src not in producers:
-                        producers.append(src)
-                module = modules[node.target] if node.op == "call_module" else None
-                flat = [x for x in args if isinstance(x, torch.Tensor)] + [
-                    x for a in args if isinstance(a, (list, tuple)) for x in a if isinstance(x, torch.Tensor)]
-                in_bytes = sum(_nbytes(x) for x in flat)
-                if module is not None:
-                    in_bytes += sum(_nbytes(p) for p in module.parameters(recurse=False))
-                kind = str(getattr(node.target, "__name__", node.target))
-                records[node.name] = NodeRecord(node.name, kind.split(".")[0], producers, reads,
-                                                count_flops(node.target, args, result, module),
-                                                in_bytes + _nbytes(result), _nbytes(result))
-                if repeats > 0:
-                    fn = module if module is not None else (
-                        node.target if node.op == "call_function" else getattr(args[0], node.target))
-                    call_args = args if node.op != "call_method" else args[1:]
-                    samples = []
-                    with torch.no_grad():
-                        for _ in range(repeats):
-                            t0 = time.perf_counter()
-                            fn(*call_args, **kwargs)
-                            samples.append(time.perf_counter() - t0)
-                    records[node.name].times = samples
+            if node.op not in ("call_function", "call_method", "call_module"):
+                return super().run_node(node)
+            if node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem":
+                alias[node.name] = alias.get(node.args[0].name, node.args[0].name)
+                return super().run_node(node)
+            args, kwargs = self.fetch_args_kwargs_from_env(node)
+            module = modules[node.target] if node.op == "call_module" else None
+            fn = module if module is not None else (
+                node.target if node.op == "call_function" else getattr(args[0], node.target))
+            call_args = args if node.op != "call_method" else args[1:]
+            t0 = time.perf_counter()
+            result = fn(*call_args, **kwargs)
+            elapsed = time.perf_counter() - t0
+            if node.name not in records:
+                records[node.name] = self.record(node, args, result, module)
+            if timing[0]:
+                k = calls_per_sample.get(node.name)
+                if k is None:  # first timed pass: size the sample
+                    k = calls_per_sample[node.name] = max(1, min(1000, math.ceil(MIN_SAMPLE_S / max(elapsed, 1e-7))))
+                if k > 1:
+                    t0 = time.perf_counter()
+                    for _ in range(k):
+                        fn(*call_args, **kwargs)
+                    elapsed = (time.perf_counter() - t0) / k
+                records[node.name].times.append(elapsed)
             return result
 
-    total = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
-    done = [0]
-
-    class Reporting(Recorder):
-        def run_node(self, node):
-            result = super().run_node(node)
-            if progress and node.op in ("call_function", "call_method", "call_module"):
-                done[0] += 1
-                if done[0] == total or done[0] % max(1, total // 10) == 0:
-                    filled = int(20 * done[0] / total)
-                    progress(f"  [{'#' * filled}{'.' * (20 - filled)}] {done[0]}/{total} operators")
-            return result
+        def record(self, node, args, result, module) -> NodeRecord:
+            producers, reads = [], []
+            for a in node.all_input_nodes:
+                src = alias.get(a.name, a.name)
+                if a.name in state_names:
+                    reads.append(a.name)
+                elif src in records and src not in producers:
+                    producers.append(src)
+            flat = [x for x in args if isinstance(x, torch.Tensor)] + [
+                x for a in args if isinstance(a, (list, tuple)) for x in a if isinstance(x, torch.Tensor)]
+            in_bytes = sum(_nbytes(x) for x in flat)
+            if module is not None:
+                in_bytes += sum(_nbytes(p) for p in module.parameters(recurse=False))
+            kind = str(getattr(node.target, "__name__", node.target))
+            return NodeRecord(node.name, kind.split(".")[0], producers, reads,
+                              count_flops(node.target, args, result, module), in_bytes + _nbytes(result),
+                              _nbytes(result))
 
     with torch.no_grad():
         for _ in range(warmup):
             gm(*captured.args)
-        Reporting(gm).run(*captured.args)
+        Recorder(gm).run(*captured.args)  # costs and graph structure
+        timing[0] = True
+        for r in range(repeats):
+            Recorder(gm).run(*captured.args)
+            if progress:
+                filled = int(20 * (r + 1) / repeats)
+                progress(f"  [{'#' * filled}{'.' * (20 - filled)}] timing pass {r + 1}/{repeats}")
     return list(records.values())
 
 
