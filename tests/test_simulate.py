@@ -49,3 +49,32 @@ def test_pipeline_load_counts_compute_and_each_devices_own_transfers():
     # a peer-link transfer counts on both ends: a->b (1) and b->d (2)
     assert loads.total == {"P1": 2 + 4 + 2 + 1 + 2, "P2": 2 + 1 + 2}
     assert loads.objective == 11
+
+
+def _host_and_accelerators():
+    import math
+
+    from diviml import Device, Link, Platform
+    link = Link(1.0, 0.0)
+    return Platform((Device("cpu", "cpu", math.inf, "s", True, None), Device("A", "x", math.inf, "s", False, link),
+                     Device("B", "x", math.inf, "s", False, link)), "host+2")
+
+
+def test_a_convex_node_set_runs_as_one_call_even_when_a_greedy_order_would_split_it():
+    from diviml.simulate import call_blocks, call_latency
+    # a2 needs a1 (on A) and b1 (on B): run b1 first, then A's {a1, a2} as one call
+    g = graph({"a1": ({"x": 1.0}, 0.0), "b1": ({"x": 1.0}, 0.0), "a2": ({"x": 1.0}, 0.0)},
+              [("a1", "a2"), ("b1", "a2")])
+    p = Problem(g, _host_and_accelerators(), Objective("call-latency", max_calls=1))
+    placement = {"a1": "A", "b1": "B", "a2": "A"}
+    assert call_blocks(p, placement) == {"A": [["a1", "a2"]], "B": [["b1"]]}
+    assert call_latency(p, placement).makespan == pytest.approx(3.0)
+
+
+def test_calls_that_would_wait_on_each_other_in_a_cycle_stay_apart():
+    from diviml.simulate import call_blocks
+    # a1 -> b1 -> a2: A's set is not convex, so it needs two calls around B's
+    g = graph({"a1": ({"x": 1.0}, 0.0), "b1": ({"x": 1.0}, 0.0), "a2": ({"x": 1.0}, 0.0)},
+              [("a1", "b1"), ("b1", "a2")])
+    p = Problem(g, _host_and_accelerators(), Objective("call-latency", max_calls=2))
+    assert call_blocks(p, {"a1": "A", "b1": "B", "a2": "A"}) == {"A": [["a1"], ["a2"]], "B": [["b1"]]}

@@ -248,6 +248,66 @@ def call_blocks(problem: Problem, placement: Mapping[str, str]) -> dict[str, lis
         else:
             blocks.setdefault(d, []).append([t])
         previous = d
+    return _merge_calls(problem, placement, blocks)
+
+
+def _merge_calls(problem: Problem, placement: Mapping[str, str],
+                 blocks: dict[str, list[list[str]]]) -> dict[str, list[list[str]]]:
+    """Fewer calls: join calls of one device (all of them first, then two at a time) wherever the calls of
+    every device can still run in some order. A device whose node set is convex thus makes one call.
+    Each device's calls come back in an order the graph allows; each call's tasks in topological order."""
+    graph = problem.graph
+    position = {t: i for i, t in enumerate(graph.topological_order)}
+    blocks = {d: [list(b) for b in bs] for d, bs in blocks.items()}
+
+    def order_of(candidate) -> list[tuple[str, int]] | None:
+        """A topological order of the calls (host tasks as single units), or None if they form a cycle."""
+        unit = {t: (placement[t], -1 - position[t]) for t in graph.topological_order}
+        for d, bs in candidate.items():
+            for k, b in enumerate(bs):
+                for t in b:
+                    unit[t] = (d, k)
+        succ: dict[tuple, set] = {u: set() for u in set(unit.values())}
+        indeg = {u: 0 for u in succ}
+        for u, v in graph.edges:
+            a, b = unit[u], unit[v]
+            if a != b and b not in succ[a]:
+                succ[a].add(b)
+                indeg[b] += 1
+        ready = [u for u, k in indeg.items() if k == 0]
+        seen = []
+        while ready:
+            u = ready.pop()
+            seen.append(u)
+            for v in succ[u]:
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    ready.append(v)
+        return seen if len(seen) == len(succ) else None
+
+    def attempt(d: str, merged: list[list[str]]) -> bool:
+        candidate = {**blocks, d: merged}
+        order = order_of(candidate)
+        if order is None:
+            return False
+        rank = {u: i for i, u in enumerate(order)}
+        blocks[d] = [sorted(merged[k], key=position.get) for k in sorted(range(len(merged)), key=lambda k: rank[d, k])]
+        return True
+
+    for d in list(blocks):
+        if len(blocks[d]) > 1 and not attempt(d, [[t for b in blocks[d] for t in b]]):
+            joined = True
+            while joined:
+                joined = False
+                bs = blocks[d]
+                for i in range(len(bs)):
+                    for j in range(i + 1, len(bs)):
+                        rest = [b for k, b in enumerate(bs) if k not in (i, j)]
+                        if attempt(d, rest + [bs[i] + bs[j]]):
+                            joined = True
+                            break
+                    if joined:
+                        break
     return blocks
 
 
