@@ -152,7 +152,7 @@ def main() -> None:
         "# Contiguous pipeline DP: ours beside the authors' C++ DP",
         "",
         f"Command: `python benchmarks/pipeline_vs_authors.py {' '.join(sys.argv[1:])}`; machine: "
-        f"{os.cpu_count()} cores, one program at a time. 'ours: process' includes Python start-up and imports; "
+        f"{os.cpu_count()} cores, one program at a time. 'ours: CLI process' includes Python start-up and imports; "
         "'ours: solve in CLI' includes loading the compiled kernel (about 0.25 s, once per process); 'ours: warm "
         "solve' is the same solve in a process that has it loaded (best of two). 'theirs: process' includes their "
         "JSON parsing. Ratio: our warm solve / their whole process.",

@@ -80,6 +80,23 @@ def test_dp_and_ip_are_exact_on_small_random_graphs(seed):
     assert dp.objective <= brute_force(p, contiguous=True) * (1 + 1e-12)
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_dangling_zero_cost_nodes_do_not_multiply_the_ideals_nor_change_the_optimum(seed):
+    # a chain with free sinks hanging off it, as NeurIPS GNMT has: each sink alone would double the ideals
+    from diviml import Task, TaskGraph
+    g = layered_dag(6, seed=seed)
+    chain = list(g.topological_order)
+    sinks = [Task(id=f"free{k}", time={ty: 0.0 for ty in g.tasks[0].time}, output_bytes=0.0)
+             for k in range(12)]
+    graph = TaskGraph.create(list(g.tasks) + sinks,
+                             list(g.edges) + [(chain[k % len(chain)], s.id) for k, s in enumerate(sinks)])
+    p = Problem(graph, diviml.preset("paper-server"), Objective("pipeline", contiguous=True))
+    dp = diviml.solve(p, "dp", time_limit=60)
+    ip = diviml.solve(p, "ip", time_limit=60, engine="highs")
+    assert ip.status == "optimal" and dp.objective == pytest.approx(ip.objective, rel=1e-6)
+    assert dp.stats["ideals"] <= 2 ** 6
+
+
 @pytest.mark.parametrize("solver", ["local-search", "pipedream", "partitioner", "greedy", "best-device"])
 def test_baselines_give_valid_plans_no_better_than_the_exact_optimum(data_dir, solver):
     p = scenario(data_dir, "LayerGraphs/bert24_inference")

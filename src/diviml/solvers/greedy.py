@@ -21,14 +21,19 @@ NAME = "greedy"
 TARGET_FACTORS = (1.0, 1.05, 1.15, 1.3, 1.6, 2.0, 3.0, math.inf)  # inf: one device, memory permitting
 
 
-def fill(problem: Problem, target: float, order: list[str]) -> dict[str, str] | None:
-    """Place the tasks in ``order``, filling one device until its load (compute plus the transfer hops
-    its tasks cause so far) would pass ``target``, then moving on to the next."""
+def fastest_first(problem: Problem) -> list[str]:
+    """Device names by their total time over the tasks they may run, fastest first."""
+    n = problem.batch_size
+    speed = {d.name: sum(problem.time(t.id, d.name, n) for t in problem.graph.tasks
+                         if d.name in problem.allowed_devices[t.id]) for d in problem.platform.devices}
+    return sorted(speed, key=lambda d: (speed[d], problem.platform.index[d]))
+
+
+def fill(problem: Problem, target: float, order: list[str], devices: list[str]) -> dict[str, str] | None:
+    """Place the tasks in ``order``, filling the ``devices`` one after another until a device's load
+    (compute plus the transfer hops its tasks cause so far) would pass ``target``."""
     graph, platform = problem.graph, problem.platform
     n = problem.batch_size
-    speed = {d.name: sum(problem.time(t.id, d.name, n) for t in graph.tasks if d.name in problem.allowed_devices[t.id])
-             for d in platform.devices}
-    devices = sorted((d.name for d in platform.devices), key=lambda d: (speed[d], platform.index[d]))
     load = {d: 0.0 for d in devices}
     memory_left = {d: platform.by_name[d].memory_bytes for d in devices}
     entered: dict[str, set[str]] = {d: set() for d in devices}  # producers whose output enters d
@@ -107,8 +112,9 @@ def best_fill(problem: Problem, watch: Stopwatch):
     base = max(work_bound(problem), 1e-12)
     best = None
     orders = (problem.graph.topological_order, depth_first_order(problem))
+    devices = fastest_first(problem)
     for order, factor in ((o, f) for o in orders for f in TARGET_FACTORS):
-        placement = fill(problem, base * factor, order)
+        placement = fill(problem, base * factor, order, devices)
         contiguous_ok = placement is not None and not (
             problem.objective.kind == "pipeline" and problem.objective.contiguous
             and _contiguity_violations(problem, placement))

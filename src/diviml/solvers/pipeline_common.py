@@ -23,6 +23,7 @@ from ..problem import Problem
 class Contracted:
     problem: Problem
     attach_isolated: bool = False  # merge classes without forward tasks into a neighbour (fewer ideals)
+    merge_trivial: bool = False  # merge free dangling classes into their one neighbour (exact; fewer ideals)
 
     @cached_property
     def class_of(self) -> dict[str, int]:
@@ -45,7 +46,48 @@ class Contracted:
             out[t] = out[near[0]] if near else names.setdefault(f"t:{t}", len(names))
         if self.attach_isolated:
             out = self._attach_isolated(out)
+        if self.merge_trivial:
+            out = self._merge_trivial(out)
         return out
+
+    def _merge_trivial(self, out: dict[str, int]) -> dict[str, int]:
+        """Merge a class into its only neighbouring class when it costs nothing: zero time everywhere, may run
+        on every device, and its memory is zero or no memory limit can bind. Every plan that puts it elsewhere
+        pays transfers it could save, and moving it to its neighbour keeps a contiguous split contiguous (its
+        tasks lie on no path between other classes), so the optimum is unchanged. NeurIPS graphs are full of
+        such dangling zero-cost nodes; each one alone can double the number of ideals."""
+        problem = self.problem
+        graph, platform = problem.graph, problem.platform
+        every = {d.name for d in platform.devices}
+        total_memory = sum(t.memory_bytes for t in graph.tasks)
+        memory_free = total_memory <= min(d.memory_bytes for d in platform.devices)
+        merged = dict(out)
+        members: dict[int, list[str]] = {}
+        for t, c in merged.items():
+            members.setdefault(c, []).append(t)
+
+        free_task = {t.id: (memory_free or t.memory_bytes == 0) and set(problem.allowed_devices[t.id]) >= every
+                     and all(problem.time(t.id, d) == 0 for d in every) for t in graph.tasks}
+
+        def free(c: int) -> bool:
+            return all(free_task[t] for t in members[c])
+
+        changed = True
+        while changed:
+            changed = False
+            for c in list(members):
+                if not free(c):
+                    continue
+                near = {merged[v] for t in members[c] for v in (*graph.successors[t], *graph.predecessors[t])} - {c}
+                if len(near) != 1:
+                    continue
+                n = near.pop()
+                for t in members.pop(c):
+                    merged[t] = n
+                    members[n].append(t)
+                changed = True
+        names: dict[int, int] = {}
+        return {t: names.setdefault(c, len(names)) for t, c in merged.items()}
 
     def _attach_isolated(self, out: dict[str, int]) -> dict[str, int]:
         """Merge classes with no forward task into a neighbouring class that has one (a restriction)."""

@@ -29,7 +29,7 @@ from .pipeline_common import Contracted, class_times, device_classes
 from .pipeline_dp_kernel import walk_from
 
 NAME = "dp"
-SMALL_GRAPH = 64  # classes; below this the exact pass is fast enough without a first, restricted pass
+SMALL_GRAPH = 64  # classes; up to this the exact pass needs neither a greedy cut nor a first, restricted pass
 
 
 class BudgetExceeded(InputError):
@@ -80,10 +80,11 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, max_idea
     watch = Stopwatch(time_limit)
     if problem.is_training and problem.objective.training == "gpipe":
         raise InputError("the DP handles inference and PipeDream training; for GPipe use --solver ip")
-    upper = _upper_bound(problem, watch)
-    contracted = Contracted(problem)
+    contracted = Contracted(problem, merge_trivial=True)
+    upper = math.inf  # small graphs: no cut needed, and finding one costs more than it saves
     if contracted.num_classes > SMALL_GRAPH:
-        restricted = Contracted(problem, attach_isolated=True)
+        upper = _upper_bound(problem, watch)
+        restricted = Contracted(problem, attach_isolated=True, merge_trivial=True)
         if restricted.num_classes < contracted.num_classes:
             # a first pass with isolated classes attached gives a tight cut for the exact pass
             value, _, _ = run_dp(problem, restricted, watch, max_ideals, max_pairs, upper, progress)
