@@ -7,6 +7,7 @@ run in FP32; calibrate against measurements where a device is present (see :mod:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .errors import InputError
@@ -47,12 +48,35 @@ CATALOGUE: dict[str, DeviceSpec] = {s.name: s for s in (
         "memory_bandwidth": "NVIDIA H100 datasheet: 2 TB/s HBM2e (H100 PCIe)",
         "memory_bytes": "NVIDIA H100 datasheet: 80 GB",
         "launch_overhead": "assumed 5 us per kernel launch"}),
+    DeviceSpec("h100-sxm", 67e12, 3.35e12, 80e9, 5e-6, {
+        "peak_flops": "NVIDIA H100 datasheet: 67 TFLOP/s FP32 (H100 SXM)",
+        "memory_bandwidth": "NVIDIA H100 datasheet: 3.35 TB/s HBM3 (H100 SXM)",
+        "memory_bytes": "NVIDIA H100 datasheet: 80 GB",
+        "launch_overhead": "assumed 5 us per kernel launch"}),
+    DeviceSpec("h200", 67e12, 4.8e12, 141e9, 5e-6, {
+        "peak_flops": "NVIDIA H200 datasheet: 67 TFLOP/s FP32 (H200 SXM)",
+        "memory_bandwidth": "NVIDIA H200 datasheet: 4.8 TB/s HBM3e",
+        "memory_bytes": "NVIDIA H200 datasheet: 141 GB",
+        "launch_overhead": "assumed 5 us per kernel launch"}),
     DeviceSpec("l4", 30.3e12, 300e9, 24e9, 5e-6, {
         "peak_flops": "NVIDIA L4 datasheet: 30.3 TFLOP/s FP32",
         "memory_bandwidth": "NVIDIA L4 datasheet: 300 GB/s GDDR6",
         "memory_bytes": "NVIDIA L4 datasheet: 24 GB",
         "launch_overhead": "assumed 5 us per kernel launch"}),
 )}
+
+
+# How a CUDA device's reported name maps to a catalogue entry, most specific first.
+CUDA_NAMES: tuple[tuple[str, str], ...] = (
+    (r"\bh200\b", "h200"), (r"\bh100\b.*\b(sxm\w*|hbm3)\b", "h100-sxm"), (r"\bh100\b", "h100"),
+    (r"\ba100\b", "a100"), (r"\bv100\b", "v100"), (r"\bl4\b", "l4"))
+
+
+def device_type_of(cuda_name: str) -> str:
+    """The catalogue name for a CUDA device name such as 'NVIDIA H100 80GB HBM3' (-> 'h100-sxm'), so that its
+    measured times sit beside the roofline of the same device; 'cuda' when the catalogue has no entry."""
+    name = cuda_name.lower()
+    return next((key for pattern, key in CUDA_NAMES if re.search(pattern, name)), "cuda")
 
 
 def spec(name: str) -> DeviceSpec:

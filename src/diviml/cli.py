@@ -132,7 +132,8 @@ def cmd_validate(args) -> dict:
 
 
 def cmd_profile(args) -> dict:
-    from .frontends.pytorch import profile_zoo
+    from .catalogue import CATALOGUE
+    from .frontends.pytorch import calibrate, measured_device_type, profile_zoo
     from .zoo import get
     get(args.model)
     try:
@@ -144,20 +145,20 @@ def cmd_profile(args) -> dict:
     if args.out and not Path(args.out).resolve().parent.is_dir():
         raise InputError(f"cannot write {args.out}: its folder does not exist")
     device = None if args.device == "none" else args.device
+    measured = measured_device_type(device)
     graph = profile_zoo(args.model, batches=batches, device=device, repeats=args.repeats, threads=args.threads,
                         progress=None if args.quiet else _progress)
     if args.out:
         graph.save(args.out)
     times = {dt: sum(t.time.get(dt, 0.0) for t in graph.tasks) for dt in sorted(graph.device_types)}
     calibration = None
-    if device:
-        from .frontends.pytorch import calibrate
-        c = calibrate(graph, device)
-        calibration = {"device_type": device, "scale": c.scale, "median_error_before": c.error_before,
+    if measured in CATALOGUE:
+        c = calibrate(graph, measured)
+        calibration = {"device_type": measured, "scale": c.scale, "median_error_before": c.error_before,
                        "median_error_after": c.error_after, "tasks": c.tasks}
     return {"calibration": calibration, "model": args.model, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
             "flops": sum(t.flops or 0.0 for t in graph.tasks), "memory_bytes": sum(t.memory_bytes for t in graph.tasks),
-            "total_time_s": times, "measured": device, "written": [args.out] if args.out else []}
+            "total_time_s": times, "measured": measured, "written": [args.out] if args.out else []}
 
 
 def cmd_models(args) -> dict:
@@ -266,8 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("profile", help="capture and cost a zoo model into a diviml graph")
     pr.add_argument("model", help="a name from 'diviml models'")
     pr.add_argument("--batch", default="1", help="batch sizes, comma-separated; the first is the graph's (default 1)")
-    pr.add_argument("--device", default="cpu", choices=("cpu", "none"),
-                    help="where to measure (none: analytic costs only, weights never allocated)")
+    pr.add_argument("--device", default="cpu",
+                    help="where to measure: cpu, cuda or cuda:N (times recorded under the catalogue's name for "
+                         "that GPU, e.g. h100-sxm), or none (analytic costs only, weights never allocated)")
     pr.add_argument("--repeats", type=int, default=5, help="timed runs per operator (median kept)")
     pr.add_argument("--threads", type=int, default=1, help="CPU threads while measuring (fixed)")
     pr.add_argument("--out", help="write the graph JSON")

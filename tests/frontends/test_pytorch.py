@@ -116,3 +116,65 @@ def test_calibration_reports_how_far_the_roofline_is_from_measurements():
     c = calibrate(graph, "cpu")
     assert c.tasks == len(graph) - 1 and c.scale > 0
     assert c.error_after <= c.error_before
+
+
+@pytest.mark.parametrize("reported, expected", [("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100"),
+                                                ("Tesla V100-SXM2-16GB", "v100"), ("NVIDIA A100-SXM4-40GB", "a100"),
+                                                ("NVIDIA H200", "h200"), ("NVIDIA GeForce RTX 4090", "cuda")])
+def test_a_gpus_reported_name_picks_its_catalogue_entry(reported, expected):
+    from diviml.catalogue import device_type_of
+    assert device_type_of(reported) == expected
+
+
+def test_measuring_on_an_unknown_or_absent_device_is_a_clear_error():
+    from diviml.frontends.pytorch import measured_device_type
+    with pytest.raises(InputError, match="use cpu, cuda"):
+        measured_device_type("tpu")
+    r = subprocess.run([sys.executable, "-m", "diviml", "profile", "gpt-tiny", "--device", "cuda:7"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert ("no CUDA device" if not torch.cuda.is_available() else "no cuda:7") in r.stderr
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none on this machine)")
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", ["resnet18", "gpt-tiny"])
+def test_profiling_on_a_gpu_runs_the_captured_graph_there_and_records_its_times(name):
+    from diviml.frontends.pytorch import measured_device_type
+    spec = zoo.get(name)
+    model, inputs = spec.build().eval().cuda(), [x.cuda() for x in spec.inputs(1)]
+    captured = capture(model, inputs)
+    with torch.no_grad():
+        expected = model(*inputs)
+        got = captured.run()
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    assert got.device.type == "cuda" and torch.allclose(expected, got, rtol=1e-3, atol=1e-3)
+
+    kind = measured_device_type("cuda")
+    graph = profile_zoo(name, batches=(1, 2), device="cuda", repeats=3)
+    ops = [t for t in graph.tasks if t.kind != "input"]
+    assert all(t.time[kind] > 0 for t in ops) and all(t.time["cpu"] > 0 for t in ops)  # cpu: roofline
+    # operators are matched across batch sizes by node name; a few differ in name where shapes differ
+    assert sum(set(t.time_by_batch.get(kind, {})) == {2} for t in ops) >= 0.9 * len(ops)
+    if name == "resnet18":  # a GPU runs a convolution far faster than one CPU thread: these are the GPU's times
+        on_cpu = profile_zoo(name, repeats=1)
+        heavy = max(ops, key=lambda t: t.flops or 0)
+        assert heavy.time[kind] < on_cpu.by_id[heavy.id].time["cpu"] / 5
+
+
+def test_a_graph_profiled_on_a_gpu_machine_is_scheduled_here():
+    """examples/resnet50_h100.json was profiled on an H100 (diviml profile resnet50 --device cuda --batch 1,8,32)."""
+    from pathlib import Path
+    graph = diviml.TaskGraph.load(Path(__file__).parents[2] / "examples" / "resnet50_h100.json")
+    ops = [t for t in graph.tasks if t.kind != "input"]
+    assert all(t.time["h100-sxm"] > 0 and set(t.time_by_batch["h100-sxm"]) >= {8, 32} for t in ops
+               if t.kind == "convolution")
+    problem = diviml.Problem(graph, diviml.preset("h100-server"))
+    plan = diviml.solve(problem, "heft", time_limit=10)
+    assert diviml.validate(plan, problem).ok
+    on_gpu = {a.task for a in plan.assignments if a.device == "h100"}
+    # launch-bound small operators may stay on the host; the bulk of the arithmetic goes to the GPU
+    assert sum(t.flops for t in ops if t.id in on_gpu) > 0.8 * sum(t.flops for t in ops)
+    assert plan.objective < sum(t.time["cpu"] for t in ops)

@@ -7,19 +7,22 @@ of the first task that uses them; every task keeps the module path it came from.
 
 Costs: FLOPs (convolutions, matrix products; elementwise, normalisation and pooling count one FLOP per
 output element and are memory-bound through their bytes) and bytes moved per task; measured time on the
-CPU (warm-up, repeats, median, a fixed thread count) at several batch sizes; an analytic roofline time for
-the devices of :mod:`diviml.catalogue` that are not measured.
+CPU or a CUDA device (warm-up, repeats, median, a fixed thread count) at several batch sizes; an analytic roofline time for
+the devices of :mod:`diviml.catalogue` that are not measured. On a CUDA device the model runs there and
+each operator's time is read off CUDA events; the times are recorded under the catalogue's name for that
+device (an H100 SXM's as 'h100-sxm'), beside the roofline of every other type.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..catalogue import spec
+from ..catalogue import CATALOGUE, device_type_of, spec
 from ..errors import InputError
 from ..graph import Task, TaskGraph
 
@@ -44,6 +47,12 @@ class Captured:
 
     def run(self):
         return self.gm(*self.args)
+
+    @property
+    def device(self):
+        """The torch device the captured model's tensors live on (that of its first tensor; CPU if none)."""
+        torch = _torch()
+        return next((a.device for a in self.args if isinstance(a, torch.Tensor)), torch.device("cpu"))
 
 
 def capture(model, example_inputs: Sequence) -> Captured:
@@ -147,7 +156,36 @@ def count_flops(target, args, out, module=None) -> float:
     return _numel(out)
 
 
+class _Clock:
+    """Wall-clock timing on the CPU; CUDA-event timing, synchronised first, on a CUDA device."""
+
+    def __init__(self, torch, device):
+        self.torch = torch
+        self.cuda = device.type == "cuda"
+        self.device = device
+
+    def start(self):
+        if not self.cuda:
+            return time.perf_counter()
+        self.torch.cuda.synchronize(self.device)
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def stop(self, started) -> float:
+        if not self.cuda:
+            return time.perf_counter() - started
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        event.synchronize()
+        return started.elapsed_time(event) / 1e3
+
+
 MIN_SAMPLE_S = 2e-4  # an operator faster than this is timed over several back-to-back calls per sample
+# On a GPU a sample is longer and the warm-up runs for a while: an idle GPU drops its clocks (an H100 to a
+# sixth), and short samples with gaps between them never bring them back up.
+MIN_SAMPLE_S_CUDA = 1e-3
+WARMUP_S_CUDA = 1.0
 
 
 def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: int | None = 1,
@@ -155,13 +193,17 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
     """Run the graph node by node, recording costs and (repeats > 0) the median time of every operator.
 
     The graph runs ``repeats`` times after the warm-up; each pass times every operator's own call once
-    (averaged over enough back-to-back calls to reach MIN_SAMPLE_S). Samples of one operator are thus
+    (averaged over enough back-to-back calls to reach MIN_SAMPLE_S, or MIN_SAMPLE_S_CUDA). Samples of one operator are thus
     spread over the whole profile, so a burst of noise on a shared machine spoils one sample of many
     operators, not every sample of a few: re-profiling gives steadier medians than timing each operator's
-    repeats back to back."""
+    repeats back to back. On a CUDA device (where the captured model and inputs live) each sample starts
+    after a synchronise and is read off CUDA events, so it is the time the operator holds the stream when
+    its calls run back to back: kernel time, or launch time where launching is slower."""
     torch = _torch()
     if threads:
         torch.set_num_threads(threads)
+    clock = _Clock(torch, captured.device)
+    min_sample = MIN_SAMPLE_S_CUDA if clock.cuda else MIN_SAMPLE_S
     gm = captured.gm
     modules = dict(gm.named_modules())
     alias: dict[str, str] = {}
@@ -188,20 +230,20 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
             fn = module if module is not None else (
                 node.target if node.op == "call_function" else getattr(args[0], node.target))
             call_args = args if node.op != "call_method" else args[1:]
-            t0 = time.perf_counter()
+            t0 = clock.start()
             result = fn(*call_args, **kwargs)
-            elapsed = time.perf_counter() - t0
+            elapsed = clock.stop(t0)
             if node.name not in records:
                 records[node.name] = self.record(node, args, result, module)
             if timing[0]:
                 k = calls_per_sample.get(node.name)
                 if k is None:  # first timed pass: size the sample
-                    k = calls_per_sample[node.name] = max(1, min(1000, math.ceil(MIN_SAMPLE_S / max(elapsed, 1e-7))))
+                    k = calls_per_sample[node.name] = max(1, min(1000, math.ceil(min_sample / max(elapsed, 1e-7))))
                 if k > 1:
-                    t0 = time.perf_counter()
+                    t0 = clock.start()
                     for _ in range(k):
                         fn(*call_args, **kwargs)
-                    elapsed = (time.perf_counter() - t0) / k
+                    elapsed = clock.stop(t0) / k
                 records[node.name].times.append(elapsed)
             return result
 
@@ -224,8 +266,12 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
                               _nbytes(result))
 
     with torch.no_grad():
+        started = time.perf_counter()
         for _ in range(warmup):
             gm(*captured.args)
+        while clock.cuda and warmup and time.perf_counter() - started < WARMUP_S_CUDA:
+            gm(*captured.args)
+            torch.cuda.synchronize(clock.device)
         Recorder(gm).run(*captured.args)  # costs and graph structure
         timing[0] = True
         for r in range(repeats):
@@ -279,17 +325,24 @@ def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str, m
 def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *, name: str,
             batches: Sequence[int] = (1,), measured_type: str | None = "cpu",
             analytic_types: Sequence[str] = ("v100", "a100"), repeats: int = 5, warmup: int = 1,
-            threads: int | None = 1, progress: Callable[[str], None] | None = None) -> TaskGraph:
-    """Capture and cost a model at each batch size; the first is the graph's own, the others fill the tables."""
+            threads: int | None = 1, progress: Callable[[str], None] | None = None,
+            device: str = "cpu") -> TaskGraph:
+    """Capture and cost a model at each batch size; the first is the graph's own, the others fill the tables.
+
+    ``device`` is the torch device measured on (its times are recorded as ``measured_type``): the model and
+    its inputs are put there before capture, so the captured graph runs there as the model would."""
     if not batches:
         raise InputError("give at least one batch size")
     torch = _torch()
     if measured_type is None:  # analytic only: no weights are allocated, shapes come from meta tensors
         with torch.device("meta"):
             model = model_fn()
-        inputs_fn = _on_meta(inputs_fn)
+        inputs_fn = _moved(inputs_fn, "meta")
     else:
         model = model_fn()
+        if torch.device(device).type != "cpu":
+            model = model.to(device)
+            inputs_fn = _moved(inputs_fn, device)
     per_batch: dict[int, dict[str, NodeRecord]] = {}
     base = None
     for i, b in enumerate(batches):
@@ -317,24 +370,42 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
                          batch_size=batches[0], extra_times=extra)
 
 
-def _on_meta(inputs_fn: Callable[[int], tuple]) -> Callable[[int], tuple]:
+def _moved(inputs_fn: Callable[[int], tuple], device: str) -> Callable[[int], tuple]:
     def inputs(batch: int) -> tuple:
-        return tuple(x.to("meta") if hasattr(x, "to") else x for x in inputs_fn(batch))
+        return tuple(x.to(device) if hasattr(x, "to") else x for x in inputs_fn(batch))
     return inputs
+
+
+def measured_device_type(device: str | None) -> str | None:
+    """The device type that times measured on torch device ``device`` are recorded as: 'cpu', the catalogue
+    name of a CUDA device ('h100-sxm', 'a100', ...; 'cuda' when the catalogue has none), None for none.
+
+    A CUDA device that is not present is an InputError that says so."""
+    if device is None or device == "cpu":
+        return device
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise InputError(f"cannot measure on {device!r}: use cpu, cuda, cuda:N, or none for analytic costs")
+    torch = _torch()
+    if not torch.cuda.is_available():
+        raise InputError(f"no CUDA device here (torch.cuda.is_available() is False): measure on cpu, or use none "
+                         "for analytic costs")
+    index = torch.device(device).index or 0
+    if index >= torch.cuda.device_count():
+        raise InputError(f"no {device} here: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device_type_of(torch.cuda.get_device_name(index))
 
 
 def profile_zoo(name: str, *, batches: Sequence[int] = (1,), device: str | None = "cpu", repeats: int = 5,
                 threads: int | None = 1, progress: Callable[[str], None] | None = None) -> TaskGraph:
-    """Profile a zoo model: measured on ``device`` ("cpu", or None for analytic costs only), roofline times
-    for every other device type of the catalogue."""
-    from ..catalogue import CATALOGUE
+    """Profile a zoo model: measured on ``device`` ("cpu", "cuda", "cuda:N", or None for analytic costs only),
+    roofline times for every other device type of the catalogue."""
     from ..zoo import get
-    if device not in (None, "cpu"):
-        raise InputError(f"cannot measure on {device!r} here: use --device cpu, or none for analytic costs")
     model = get(name)
-    analytic = [t for t in CATALOGUE if t != device]
-    return profile(model.build, model.inputs, name=name, batches=batches, measured_type=device,
-                   analytic_types=analytic, repeats=repeats, threads=threads, progress=progress)
+    measured = measured_device_type(device)
+    analytic = [t for t in CATALOGUE if t != measured]
+    return profile(model.build, model.inputs, name=name, batches=batches, measured_type=measured,
+                   analytic_types=analytic, repeats=repeats, threads=threads, progress=progress,
+                   device=device or "cpu")
 
 
 @dataclass(frozen=True)
