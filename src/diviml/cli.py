@@ -59,7 +59,7 @@ def _progress(message: str) -> None:
     sys.stderr.flush()
 
 
-AUTO_SOLVER = {"latency": "exact", "batch": "exact", "pipeline": "ip", "call-latency": "greedy"}
+AUTO_SOLVER = {"latency": "exact", "batch": "exact", "pipeline": "ip", "call-latency": "call-exact"}
 
 
 def cmd_schedule(args) -> dict:
@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem_options(s)
     s.add_argument("--solver", default="auto",
                    help="see 'diviml solvers'; auto (default): exact for latency and batch, ip for pipeline, "
-                        "greedy for call-latency")
+                        "call-exact for call-latency")
     s.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--engine", choices=("auto", "highs", "gurobi"), help="MILP engine (solver milp, ip)")

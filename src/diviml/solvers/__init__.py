@@ -35,6 +35,8 @@ REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
                "optimal contiguous pipeline split: dynamic program over ideals (NeurIPS 2020)"),
     SolverInfo("ip", "pipeline_ip", ("pipeline",),
                "exact pipeline split as an integer program (NeurIPS 2020), contiguous or not; HiGHS or Gurobi"),
+    SolverInfo("call-exact", "call_exact", ("call-latency",),
+               "CP-SAT: optimal placement under the NeurIPS 2020 latency model (q calls per accelerator), with a bound"),
     SolverInfo("local-search", "local_search", ("pipeline",),
                "random restarts + best single move over co-location classes (NeurIPS 2020 baseline)"),
     SolverInfo("pipedream", "chain_dp", ("pipeline",),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ..bounds import work_bound
-from ..errors import InfeasibleError
+from ..errors import InfeasibleError, ValidationError
 from ..problem import Problem
 from ..validate import _contiguity_violations
 from ._common import Stopwatch, evaluate, make_plan
@@ -120,7 +120,10 @@ def best_fill(problem: Problem, watch: Stopwatch):
             and _contiguity_violations(problem, placement))
         if contiguous_ok:
             parts = {t: [(d, problem.batch_size)] for t, d in placement.items()}
-            value = evaluate(problem, parts)[0]
+            try:
+                value = evaluate(problem, parts)[0]
+            except ValidationError:  # call-latency: an accelerator's share needs more calls than allowed
+                continue
             if best is None or value < best[0]:
                 best = (value, factor, parts)
         if watch.expired:
@@ -132,8 +135,10 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
     watch = Stopwatch(time_limit)
     best = best_fill(problem, watch)
     if best is None:
-        raise InfeasibleError("greedy could not fit the graph into the devices' memory: raise the memory limit "
-                              "or add devices")
+        calls = (" with at most the allowed calls per accelerator (allow more with --calls)"
+                 if problem.objective.kind == "call-latency" else "")
+        raise InfeasibleError(f"greedy could not fit the graph into the devices' memory{calls}: raise the memory "
+                              "limit or add devices")
     value, factor, parts = best
     return make_plan(problem, parts, solver=NAME, status="feasible", watch=watch,
                      notes=[f"fill target {factor:g} x the balanced load"])

@@ -1,0 +1,304 @@
+"""Exact placement under the NeurIPS 2020 latency model (``call-latency``), solved by CP-SAT.
+
+Every accelerator d makes at most q calls U = (d, j), j < q, one after another; a call takes its outside
+inputs in, computes its tasks and sends out the outputs that leave it; host CPU tasks run as soon as their
+inputs are in host memory, all in parallel (see :func:`diviml.simulate.call_latency`). Variables:
+
+- ``a[t,U]`` task t runs in call U; ``h[t]`` t runs on a host CPU (the fastest one it may use);
+- ``inp[u,U]`` / ``out[u,U]``: u's output enters / leaves call U (one hop each, whoever consumes it);
+- ``z[t,U]``: t is reached from U, so that every call is a convex node set (contiguity);
+- start ``S[U]``, completion ``C[t]`` (when t's output is in host memory), ready time ``R[t]``, makespan Z.
+
+Constraints: duration D[U] = sum p(t,d) a[t,U] + sum hop(u,d) (inp[u,U] + out[u,U]); S[d,j+1] >= S[d,j] +
+D[d,j]; C[t] >= S[U] + D[U] if a[t,U]; R[t] >= C[u] on every edge (u,t); C[t] >= R[t] + p_host(t) h[t];
+S[U] >= C[u] if inp[u,U]; Z >= C[t] and Z >= the end of every accelerator's last call; memory per
+accelerator; co-location; identical accelerators ordered by their first task in topological order.
+Redundant, for the bound: every task completes no earlier than its fastest path from a source, and every
+accelerator's calls fit below Z. Hinted with the best of greedy and best-device; never returns worse.
+
+Time scale as in :mod:`.cpsat`: integer ticks of UB / resolution, durations and hops rounded down, so the
+integer model is a relaxation and its bound in ticks is a valid bound. The plan is re-timed by the
+simulator, which cuts each accelerator's tasks into calls itself; with q = 1 these are the model's calls.
+With q > 1 the simulator may cut them differently: its value is then the plan's, and the bound stays valid
+(no cut of any placement beats the model's optimum).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+
+from ortools.sat.python import cp_model
+
+from ..errors import DivimlError, InfeasibleError, InputError
+from ..plan import Plan
+from ..problem import Problem
+from ..simulate import call_latency
+from . import best_device, greedy
+from ._common import Stopwatch, make_plan
+from .symmetry import groups
+
+NAME = "call-exact"
+
+
+def _host_choice(problem: Problem) -> dict[str, tuple[str, float]]:
+    """Each task's fastest allowed host CPU and its time there (tasks no host may run are absent)."""
+    hosts = [d.name for d in problem.platform.devices if d.is_host]
+    choice = {}
+    for t in problem.graph.topological_order:
+        allowed = [d for d in hosts if d in problem.allowed_devices[t]]
+        if allowed:
+            best = min(allowed, key=lambda d: (problem.time(t, d), problem.platform.index[d]))
+            choice[t] = (best, problem.time(t, best))
+    return choice
+
+
+class CallModel:
+    """The CP-SAT model of one problem, its variables, and the conversions between plans and its values."""
+
+    def __init__(self, problem: Problem, upper: float, resolution: int = 1_000_000):
+        self.problem = problem
+        graph, platform = problem.graph, problem.platform
+        self.tick = max(upper, 1e-300) / resolution
+        self.order = list(graph.topological_order)
+        self.position = {t: i for i, t in enumerate(self.order)}
+        self.accelerators = [d.name for d in platform.devices if not d.is_host]
+        self.q = problem.objective.max_calls
+        self.units = [(d, j) for d in self.accelerators for j in range(self.q)]
+        self.host = _host_choice(problem)
+        m = self.m = cp_model.CpModel()
+        H = resolution
+        ticks = self.ticks
+        producers = [u for u in self.order if graph.successors[u]]
+
+        self.a = {(t, U): m.NewBoolVar("") for t in self.order for U in self.units
+                  if U[0] in problem.allowed_devices[t]}
+        self.h = {t: m.NewBoolVar("") for t in self.host}
+        for t in self.order:
+            lits = [self.a[t, U] for U in self.units if (t, U) in self.a] + ([self.h[t]] if t in self.h else [])
+            if not lits:
+                raise InfeasibleError(f"task {t!r} may run on no device of this platform")
+            m.AddExactlyOne(lits)
+        for members in problem.colocation_groups.values():  # one call (or the host) for the whole group
+            first, *rest = members
+            for t in rest:
+                pairs = [(self.a.get((first, U)), self.a.get((t, U))) for U in self.units]
+                for x, y in pairs + [(self.h.get(first), self.h.get(t))]:
+                    if x is not None and y is not None:
+                        m.Add(x == y)
+                    elif x is not None or y is not None:
+                        m.Add((x if x is not None else y) == 0)
+
+        def lit(t, U):
+            return self.a.get((t, U), 0)
+
+        self.inp, self.out, self.z = {}, {}, {}
+        for U in self.units:
+            for u in producers:
+                self.inp[u, U], self.out[u, U] = m.NewBoolVar(""), m.NewBoolVar("")
+                for v in graph.successors[u]:
+                    m.Add(self.inp[u, U] + lit(u, U) >= lit(v, U))
+                    m.Add(self.out[u, U] + lit(v, U) >= lit(u, U))
+            for t in self.order:  # contiguity: z >= a, z propagates, nothing reached from U re-enters it
+                self.z[t, U] = m.NewBoolVar("")
+                m.Add(self.z[t, U] >= lit(t, U))
+            for u, v in graph.edges:
+                m.Add(self.z[v, U] >= self.z[u, U])
+                m.Add(lit(v, U) + self.z[u, U] - lit(u, U) <= 1)
+
+        self.S = {U: m.NewIntVar(0, H, "") for U in self.units}
+        self.C = {t: m.NewIntVar(0, H, "") for t in self.order}
+        self.R = {t: m.NewIntVar(0, H, "") for t in self.order}
+        self.Z = m.NewIntVar(0, H, "makespan")
+        self.D = {}
+        for U in self.units:
+            d = platform.by_name[U[0]]
+            terms = [ticks(problem.time(t, U[0])) * self.a[t, U] for t in self.order if (t, U) in self.a]
+            for u in producers:
+                hop = ticks(platform.hop_time(graph.by_id[u], d))
+                if hop > 0:
+                    terms += [hop * self.inp[u, U], hop * self.out[u, U]]
+            self.D[U] = m.NewIntVar(0, H, "")
+            m.Add(self.D[U] == sum(terms))
+        for d in self.accelerators:
+            for j in range(1, self.q):
+                m.Add(self.S[d, j] >= self.S[d, j - 1] + self.D[d, j - 1])
+            m.Add(self.Z >= self.S[d, self.q - 1] + self.D[d, self.q - 1])
+            m.Add(self.Z >= sum(self.D[d, j] for j in range(self.q)))
+        for (t, U), x in self.a.items():
+            m.Add(self.C[t] >= self.S[U] + self.D[U]).OnlyEnforceIf(x)
+        for (u, U), x in self.inp.items():
+            m.Add(self.S[U] >= self.C[u]).OnlyEnforceIf(x)
+        for u, v in graph.edges:
+            m.Add(self.R[v] >= self.C[u])
+        fastest = {t: min([ticks(problem.time(t, U[0])) for U in self.units if (t, U) in self.a]
+                          + ([ticks(self.host[t][1])] if t in self.host else [])) for t in self.order}
+        head = {}
+        for t in self.order:
+            head[t] = max((head[u] for u in graph.predecessors[t]), default=0) + fastest[t]
+            m.Add(self.C[t] >= head[t])
+            m.Add(self.C[t] >= self.R[t] + (ticks(self.host[t][1]) * self.h[t] if t in self.h else 0))
+            if not graph.successors[t]:
+                m.Add(self.Z >= self.C[t])
+
+        for d in self.accelerators:
+            limit = platform.by_name[d].memory_bytes
+            terms = [(int(math.ceil(graph.by_id[t].memory_bytes)), x) for (t, U), x in self.a.items()
+                     if U[0] == d and graph.by_id[t].memory_bytes > 0]
+            if math.isfinite(limit) and terms and sum(w for w, _ in terms) / self.q > limit:
+                m.Add(sum(w * x for w, x in terms) <= int(math.floor(limit)))
+
+        # identical accelerators: each one's first task comes after the previous one's first task
+        self.groups = [g for g in (tuple(d for d in g if d in self.accelerators) for g in groups(problem))
+                       if len(g) > 1]
+        self.prefix = {}
+        n = len(self.order)
+        for g in self.groups:
+            for d in g[:-1]:
+                for i, t in enumerate(self.order):
+                    self.prefix[t, d] = m.NewIntVar(0, n, "")
+                    here = sum(lit(t, (d, j)) for j in range(self.q))
+                    m.Add(self.prefix[t, d] == here + (self.prefix[self.order[i - 1], d] if i else 0))
+            for d1, d2 in zip(g, g[1:]):
+                for i, t in enumerate(self.order):
+                    used = [self.a[t, (d2, j)] for j in range(self.q) if (t, (d2, j)) in self.a]
+                    if used:
+                        m.Add(sum(used) <= (self.prefix[self.order[i - 1], d1] if i else 0))
+        m.Minimize(self.Z)
+
+    def ticks(self, x: float) -> int:
+        return int(math.floor(x / self.tick + 1e-9))
+
+    def placement(self, solver: cp_model.CpSolver) -> dict[str, str]:
+        out = {}
+        for t in self.order:
+            if t in self.h and solver.Value(self.h[t]):
+                out[t] = self.host[t][0]
+            else:
+                out[t] = next(U for U in self.units if (t, U) in self.a and solver.Value(self.a[t, U]))[0]
+        return out
+
+    def relabel(self, placement: dict[str, str]) -> dict[str, str]:
+        """Identical accelerators renamed so that their first tasks come in the order the symmetry asks."""
+        mapping = {}
+        for g in self.groups:
+            first = {d: min((self.position[t] for t, dd in placement.items() if dd == d), default=math.inf)
+                     for d in g}
+            mapping.update(zip(sorted(g, key=lambda d: (first[d], g.index(d))), g))
+        return {t: mapping.get(d, d) for t, d in placement.items()}
+
+    def add_hint(self, placement: dict[str, str]) -> bool:
+        """Hint the placement's assignment (its calls as the simulator cuts them); False if it has none here."""
+        graph = self.problem.graph
+        placement = self.relabel(placement)
+        try:
+            schedule = call_latency(self.problem, placement)
+        except DivimlError:
+            return False
+        unit_of, made = {}, {d: 0 for d in self.accelerators}
+        for call in schedule.calls:
+            if call.device in made:
+                for t in call.tasks:
+                    unit_of[t] = (call.device, made[call.device])
+                made[call.device] += 1
+        if any(k > self.q for k in made.values()):
+            return False
+        for t in self.order:
+            on_host = t not in unit_of
+            if (on_host and (t not in self.h or placement[t] != self.host[t][0])) or (
+                    not on_host and (t, unit_of[t]) not in self.a):
+                return False  # e.g. on a host slower than its fastest one: not a point of this model
+        for (t, U), x in self.a.items():
+            self.m.AddHint(x, unit_of.get(t) == U)
+        for t, x in self.h.items():
+            self.m.AddHint(x, t not in unit_of)
+        members = {U: {t for t, W in unit_of.items() if W == U} for U in self.units}
+        for (u, U), x in self.inp.items():
+            inside = u in members[U]
+            self.m.AddHint(x, not inside and any(w in members[U] for w in graph.successors[u]))
+            self.m.AddHint(self.out[u, U], inside and any(w not in members[U] for w in graph.successors[u]))
+        for U in self.units:
+            reached = set(members[U])
+            for t in self.order:
+                if t in reached or any(u in reached for u in graph.predecessors[t]):
+                    reached.add(t)
+                self.m.AddHint(self.z[t, U], t in reached)
+        return True
+
+
+def warm_start(problem: Problem, watch: Stopwatch, workers: int | None) -> Plan | None:
+    """The better of greedy and best-device (each given a small share of the time); with q > 1 calls also
+    this solver's plan for one call (half the time), which q > 1 allows, on a model q times smaller."""
+    plans = []
+    for module in (greedy, best_device):
+        try:
+            plans.append(module.solve(problem, time_limit=max(watch.left / 10, 0.5)))
+        except DivimlError:
+            pass
+    if problem.objective.max_calls > 1:
+        one = replace(problem, objective=replace(problem.objective, max_calls=1))
+        try:
+            plans.append(solve(one, time_limit=max(watch.left / 2, 0.5), workers=workers))
+        except DivimlError:
+            pass
+    return min(plans, key=lambda p: p.objective, default=None)
+
+
+def serial_bound(problem: Problem) -> float:
+    """A makespan no plan needs to exceed: every task at its slowest, every output hopped in and out."""
+    graph, platform = problem.graph, problem.platform
+    hops = [d for d in platform.devices if not d.is_host]
+    return sum(max((problem.time(t.id, d) for d in problem.allowed_devices[t.id]), default=0.0)
+               + 2 * max((platform.hop_time(t, d) for d in hops), default=0.0) for t in graph.tasks)
+
+
+class _Progress(cp_model.CpSolverSolutionCallback):
+    def __init__(self, report, tick: float):
+        super().__init__()
+        self.report, self.tick, self.next = report, tick, 0.0
+
+    def on_solution_callback(self):  # at most one line a second
+        if self.WallTime() >= self.next:
+            self.next = self.WallTime() + 1.0
+            self.report(f"  call-exact: incumbent {self.ObjectiveValue() * self.tick:.6g}, bound "
+                        f"{self.BestObjectiveBound() * self.tick:.6g} at {self.WallTime():.1f} s")
+
+
+def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
+          progress=None) -> Plan:
+    if problem.objective.kind != "call-latency":
+        raise InputError(f"solver {NAME!r} handles objective call-latency only")
+    watch = Stopwatch(time_limit)
+    start = warm_start(problem, watch, workers)
+    model = CallModel(problem, start.objective if start and start.objective > 0 else serial_bound(problem))
+    hinted = start is not None and model.add_hint(start.placement)
+    if progress:
+        progress(f"  call-exact: {len(model.units)} calls, warm start "
+                 + (f"{start.objective:.6g} ({start.solver}{'' if hinted else ', not a hint'})" if start else "none"))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(watch.left, 0.05)
+    solver.parameters.random_seed = seed
+    solver.parameters.num_workers = workers or max(os.cpu_count() or 1, 1)
+    code = solver.Solve(model.m, _Progress(progress, model.tick)) if progress else solver.Solve(model.m)
+    stats = {"tick": model.tick, "cp_sat_branches": float(solver.NumBranches())}
+    if code == cp_model.INFEASIBLE and start is None:
+        raise InfeasibleError("no placement satisfies the memory, device and call constraints: allow more calls "
+                              "per accelerator or more memory")
+    found = code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    status = "optimal" if code == cp_model.OPTIMAL else "timeout"
+    bound = max(solver.BestObjectiveBound(), 0) * model.tick if found else 0.0
+    notes, candidates = [], []
+    if found:
+        try:
+            candidates.append(make_plan(problem, placement=model.placement(solver), solver=NAME, status=status,
+                                        watch=watch, bound=bound, stats=stats))
+        except DivimlError as exc:  # the simulator cut the calls differently (q > 1) and rejects them
+            notes.append(f"the model's placement was not kept: {exc}")
+    if start is not None:
+        candidates.append(make_plan(problem, placement=start.placement, solver=NAME, status=status, watch=watch,
+                                    bound=bound, notes=notes + [f"kept the warm start ({start.solver})"],
+                                    stats=stats))
+    if not candidates:
+        raise InfeasibleError(f"no placement found within {time_limit:g} s: raise the time limit")
+    return min(candidates, key=lambda p: p.objective)

@@ -1,0 +1,86 @@
+"""call-exact: the optimal placement under the NeurIPS 2020 latency model (accelerator calls, parallel host)."""
+
+import itertools
+import math
+import random
+
+import pytest
+
+import diviml
+from diviml import Device, Link, Objective, Platform, Task, TaskGraph, ValidationError
+from diviml.frontends import neurips2020
+from diviml.simulate import call_latency
+
+
+def _random_scenario(seed: int, n: int = 7, accelerators: int = 2) -> dict:
+    rng = random.Random(seed)
+    nodes = [{"id": i, "cpuLatency": rng.uniform(5, 40), "fpgaLatency": rng.uniform(0.5, 8), "size": 1,
+              "supportedOnFpga": int(rng.random() > 0.15), "isBackwardNode": 0} for i in range(n)]
+    cost = {i: rng.uniform(0.2, 6) for i in range(n)}
+    edges = {(i, i + 1) for i in range(n - 1)} | {tuple(sorted(rng.sample(range(n), 2))) for _ in range(n // 2)}
+    return {"maxFPGAs": accelerators, "maxCPUs": 1, "maxSizePerFPGA": 100, "nodes": nodes,
+            "edges": [{"sourceId": u, "destId": v, "cost": cost[u]} for u, v in sorted(edges)]}
+
+
+def _problem(graph, platform, calls=1):
+    return diviml.Problem(graph, platform, Objective("call-latency", max_calls=calls))
+
+
+def _brute_force(problem) -> float:
+    """The best makespan over every placement the simulator accepts."""
+    tasks = problem.graph.topological_order
+    best = math.inf
+    for choice in itertools.product(*(problem.allowed_devices[t] for t in tasks)):
+        try:
+            best = min(best, call_latency(problem, dict(zip(tasks, choice))).makespan)
+        except ValidationError:  # needs more calls than allowed
+            pass
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_on_small_scenarios_it_finds_the_best_placement_the_simulator_accepts(seed):
+    data = _random_scenario(seed)
+    problem = _problem(neurips2020.graph_from_scenario(data), neurips2020.platform_from_scenario(data))
+    plan = diviml.solve(problem, "call-exact", time_limit=30)
+    best = _brute_force(problem)
+    assert plan.status == "optimal"
+    assert plan.objective == pytest.approx(best, rel=1e-5)
+    assert plan.bound <= best * (1 + 1e-9) and plan.gap <= 1e-4
+    assert diviml.validate(plan, problem).ok
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_unlike_accelerators_behind_unlike_links_are_placed_optimally_too(seed):
+    """A host, a fast accelerator behind a slow link and a slower one behind a fast link (no symmetry)."""
+    rng = random.Random(seed)
+    names = [f"t{i}" for i in range(7)]
+    tasks = [Task(id=t, time={"cpu": rng.uniform(5, 30), "fast": rng.uniform(0.5, 3), "near": rng.uniform(2, 8)},
+                  output_bytes=rng.uniform(0.5, 3)) for t in names]
+    edges = {(names[i], names[i + 1]) for i in range(6)} | {(names[i], names[j]) for i, j in
+                                                             (sorted(rng.sample(range(7), 2)) for _ in range(3))}
+    platform = Platform((Device("host", "cpu", is_host=True), Device("fast", "fast", link=Link(0.5)),
+                         Device("near", "near", link=Link(4.0))))
+    problem = _problem(TaskGraph.create(tasks, sorted(edges)), platform)
+    plan = diviml.solve(problem, "call-exact", time_limit=30)
+    assert plan.status == "optimal" and plan.objective == pytest.approx(_brute_force(problem), rel=1e-5)
+
+
+def test_more_calls_per_accelerator_never_hurt_and_cpu_only_nodes_split_the_calls():
+    data = _random_scenario(11, n=8, accelerators=1)
+    for node in data["nodes"]:
+        node["supportedOnFpga"] = int(node["id"] != 4)  # a CPU-only node in the middle of the chain
+    graph, platform = neurips2020.graph_from_scenario(data), neurips2020.platform_from_scenario(data)
+    one = diviml.solve(_problem(graph, platform, 1), "call-exact", time_limit=30)
+    two = diviml.solve(_problem(graph, platform, 2), "call-exact", time_limit=30)
+    assert one.status == "optimal" and two.objective <= one.objective * (1 + 1e-9)
+    assert two.objective == pytest.approx(_brute_force(_problem(graph, platform, 2)), rel=1e-5)
+
+
+def test_on_the_published_latency_scenario_it_beats_the_baselines_and_proves_it(data_dir):
+    problem = diviml.load_problem(data_dir / "latency-inputs/LayerGraphs/bert24_inference.json",
+                                  objective=Objective("call-latency"))
+    plan = diviml.solve(problem, "call-exact", time_limit=60)
+    assert plan.status == "optimal" and plan.gap <= 1e-4
+    for baseline in ("greedy", "best-device"):
+        assert plan.objective <= diviml.solve(problem, baseline, time_limit=10).objective * (1 + 1e-9)
