@@ -145,3 +145,13 @@ def test_split_rejects_a_bad_module_option_in_one_line(tmp_path, option):
     r = run("schedule", EXAMPLE, "--solver", "split", *option, "--out", tmp_path / "p.json")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "p.json").exists()
+
+
+def test_call_latency_is_solved_exactly_by_default_and_the_plan_validates(data_dir, tmp_path):
+    scenario = data_dir / "latency-inputs/LayerGraphs/bert24_inference.json"
+    r = run("schedule", scenario, "--objective", "call-latency", "--json", "--out", tmp_path / "p.json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["solver"] == "call-exact" and out["status"] == "optimal" and out["gap"] <= 1e-4
+    r = run("validate", scenario, tmp_path / "p.json", "--objective", "call-latency", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["valid"] is True
