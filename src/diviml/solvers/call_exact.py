@@ -37,6 +37,7 @@ from ..problem import Problem
 from ..simulate import call_latency
 from . import best_device, greedy
 from ._common import Stopwatch, make_plan
+from .cpsat import Progress
 from .symmetry import groups
 
 NAME = "call-exact"
@@ -253,18 +254,6 @@ def serial_bound(problem: Problem) -> float:
                + 2 * max((platform.hop_time(t, d) for d in hops), default=0.0) for t in graph.tasks)
 
 
-class _Progress(cp_model.CpSolverSolutionCallback):
-    def __init__(self, report, tick: float):
-        super().__init__()
-        self.report, self.tick, self.next = report, tick, 0.0
-
-    def on_solution_callback(self):  # at most one line a second
-        if self.WallTime() >= self.next:
-            self.next = self.WallTime() + 1.0
-            self.report(f"  call-exact: incumbent {self.ObjectiveValue() * self.tick:.6g}, bound "
-                        f"{self.BestObjectiveBound() * self.tick:.6g} at {self.WallTime():.1f} s")
-
-
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
           progress=None) -> Plan:
     if problem.objective.kind != "call-latency":
@@ -280,7 +269,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     solver.parameters.max_time_in_seconds = max(watch.left, 0.05)
     solver.parameters.random_seed = seed
     solver.parameters.num_workers = workers or max(os.cpu_count() or 1, 1)
-    code = solver.Solve(model.m, _Progress(progress, model.tick)) if progress else solver.Solve(model.m)
+    code = solver.Solve(model.m, Progress(progress, model.tick)) if progress else solver.Solve(model.m)
     stats = {"tick": model.tick, "cp_sat_branches": float(solver.NumBranches())}
     if code == cp_model.INFEASIBLE and start is None:
         raise InfeasibleError("no placement satisfies the memory, device and call constraints: allow more calls "

@@ -96,7 +96,7 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     solver.parameters.num_workers = workers or max(os.cpu_count() or 1, 1)
     solver.parameters.linearization_level = 0 if small else 2
     solver.parameters.cp_model_presolve = not small
-    callback = _Progress(progress, tick, on_incumbent) if (progress or on_incumbent) else None
+    callback = Progress(progress, tick, on_incumbent) if (progress or on_incumbent) else None
     code = solver.Solve(m, callback) if callback else solver.Solve(m)
     bound = max(solver.BestObjectiveBound(), 0) * tick if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
     stats = {"tick": tick, "cp_sat_branches": float(solver.NumBranches())}
@@ -161,7 +161,9 @@ def _symmetry(m, jobs: JobGraph, x, criterion: str, ticks) -> None:
             m.Add(lhs >= rhs)
 
 
-class _Progress(cp_model.CpSolverSolutionCallback):
+class Progress(cp_model.CpSolverSolutionCallback):
+    """Reports CP-SAT incumbents and bounds in real time units (ticks x tick)."""
+
     def __init__(self, report, tick: float, on_incumbent=None):
         super().__init__()
         self.report, self.tick, self.on_incumbent = report, tick, on_incumbent
