@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import networkx as nx
+
 from .errors import ValidationError
 from .problem import Problem
 
@@ -267,23 +269,10 @@ def _merge_calls(problem: Problem, placement: Mapping[str, str],
             for k, b in enumerate(bs):
                 for t in b:
                     unit[t] = (d, k)
-        succ: dict[tuple, set] = {u: set() for u in set(unit.values())}
-        indeg = {u: 0 for u in succ}
-        for u, v in graph.edges:
-            a, b = unit[u], unit[v]
-            if a != b and b not in succ[a]:
-                succ[a].add(b)
-                indeg[b] += 1
-        ready = [u for u, k in indeg.items() if k == 0]
-        seen = []
-        while ready:
-            u = ready.pop()
-            seen.append(u)
-            for v in succ[u]:
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    ready.append(v)
-        return seen if len(seen) == len(succ) else None
+        quotient = nx.DiGraph()
+        quotient.add_nodes_from(set(unit.values()))
+        quotient.add_edges_from((unit[u], unit[v]) for u, v in graph.edges if unit[u] != unit[v])
+        return list(nx.topological_sort(quotient)) if nx.is_directed_acyclic_graph(quotient) else None
 
     def attempt(d: str, merged: list[list[str]]) -> bool:
         candidate = {**blocks, d: merged}
