@@ -116,9 +116,19 @@ def random_dag(generator: str, nodes: int, seed: int) -> list[tuple[int, int]]:
     return sorted((min(a, b), max(a, b)) for a, b in g.edges)
 
 
-def randwire(generator: str, nodes: int = 32, channels: int = 32, stages: int = 2, seed: int = 0, classes: int = 10):
+def randwire(generator: str, nodes: int = 32, channels: int = 32, stages: int = 2, seed: int = 0, classes: int = 10,
+             regime: str = "tiny"):
+    """A randomly wired network: ``stages`` random stages of ``nodes`` nodes each (ReLU, separable 3x3
+    convolution, batch norm; inputs summed with learned sigmoid weights; the first node(s) stride 2).
+
+    ``regime="tiny"``: one strided stem convolution, stages of ``channels`` x 1, 2, ... and a linear
+    classifier (CIFAR-sized, launch-bound on GPUs). ``regime="small"``: Xie et al.'s small regime (their
+    Table 1): conv1 3x3/2 to C/2, conv2 3x3/2 to C, random stages of N/2, N, N nodes at C, 2C, 4C (``stages``
+    of them), a 1x1 convolution to 1280 channels, global pooling and a linear classifier."""
     torch = _torch()
     nn = torch.nn
+    if regime not in ("tiny", "small"):
+        raise InputError(f"unknown randwire regime {regime!r}: use tiny or small")
 
     class Node(nn.Module):
         def __init__(self, n_in: int, c_in: int, c_out: int, stride: int):
@@ -135,12 +145,12 @@ def randwire(generator: str, nodes: int = 32, channels: int = 32, stages: int = 
             return self.op(x)
 
     class Stage(nn.Module):
-        def __init__(self, c_in: int, c_out: int, stage_seed: int):
+        def __init__(self, size: int, c_in: int, c_out: int, stage_seed: int):
             super().__init__()
-            edges = random_dag(generator, nodes, stage_seed)
-            self.preds = [[a for a, b in edges if b == j] for j in range(nodes)]
+            edges = random_dag(generator, size, stage_seed)
+            self.preds = [[a for a, b in edges if b == j] for j in range(size)]
             succs = {a for a, _ in edges}
-            self.sinks = [j for j in range(nodes) if j not in succs]
+            self.sinks = [j for j in range(size) if j not in succs]
             self.nodes = nn.ModuleList(
                 Node(len(p), c_out if p else c_in, c_out, 1 if p else 2) for p in self.preds)
 
@@ -153,16 +163,32 @@ def randwire(generator: str, nodes: int = 32, channels: int = 32, stages: int = 
                 y = y + out[s]
             return y / len(self.sinks)
 
+    def conv_bn(c_in: int, c_out: int, kernel: int, stride: int, relu: bool) -> list:
+        layers = [nn.ReLU()] if relu else []
+        return layers + [nn.Conv2d(c_in, c_out, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(c_out)]
+
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, 2, 1, bias=False), nn.BatchNorm2d(channels))
-            self.stages = nn.Sequential(*[Stage(channels * 2 ** max(i - 1, 0), channels * 2 ** i, seed * 100 + i)
-                                          for i in range(stages)])
-            self.head = nn.Linear(channels * 2 ** (stages - 1), classes)
+            if regime == "tiny":
+                self.stem = nn.Sequential(*conv_bn(3, channels, 3, 2, False))
+                widths = [channels * 2 ** i for i in range(stages)]
+                sizes = [nodes] * stages
+                self.stages = nn.Sequential(*[Stage(n, widths[max(i - 1, 0)], widths[i], seed * 100 + i)
+                                              for i, n in enumerate(sizes)])
+                self.top, width = nn.Identity(), widths[-1]
+            else:
+                self.stem = nn.Sequential(*conv_bn(3, channels // 2, 3, 2, False),
+                                          *conv_bn(channels // 2, channels, 3, 2, True))
+                widths = [channels * 2 ** i for i in range(stages)]
+                sizes = [nodes // 2] + [nodes] * (stages - 1)
+                self.stages = nn.Sequential(*[Stage(n, channels if i == 0 else widths[i - 1], widths[i],
+                                                    seed * 100 + i) for i, n in enumerate(sizes)])
+                self.top, width = nn.Sequential(*conv_bn(widths[-1], 1280, 1, 1, True), nn.ReLU()), 1280
+            self.head = nn.Linear(width, classes)
 
         def forward(self, x):
-            x = self.stages(self.stem(x))
+            x = self.top(self.stages(self.stem(x)))
             return self.head(x.mean(dim=(2, 3)))
 
     return Net()
@@ -178,6 +204,18 @@ def _randwire_spec(generator: str, seed: int) -> ModelSpec:
                      "64x64 input", lambda: randwire(generator, seed=seed), inputs)
 
 
+def _randwire_small_spec(generator: str, seed: int) -> ModelSpec:
+    def inputs(batch: int):
+        torch = _torch()
+        return (torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(0)),)
+
+    return ModelSpec(f"randwire-{generator}-small-s{seed}",
+                     f"randomly wired network, Xie et al.'s small regime ({generator.upper()} graphs, C=78, "
+                     f"stages of 16, 32, 32 nodes, seed {seed}), 224x224 input, 1000 classes",
+                     lambda: randwire(generator, channels=78, stages=3, seed=seed, classes=1000, regime="small"),
+                     inputs)
+
+
 def _registry() -> dict[str, ModelSpec]:
     specs = [
         _vision("resnet50", 224), _vision("googlenet", 224, aux_logits=False, init_weights=False),
@@ -187,6 +225,7 @@ def _registry() -> dict[str, ModelSpec]:
     specs += [_transformer_spec(n, c, True) for n, c in GPT.items()]
     specs += [_transformer_spec(n, c, False) for n, c in BERT.items()]
     specs += [_randwire_spec(g, s) for g in ("ws", "er", "ba") for s in range(3)]
+    specs += [_randwire_small_spec(g, s) for g in ("ws", "er", "ba") for s in range(3)]
     return {s.name: s for s in specs}
 
 

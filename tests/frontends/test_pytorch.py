@@ -14,7 +14,7 @@ from diviml.frontends.pytorch import capture, measure, profile_zoo, to_task_grap
 
 SMALL = ["resnet18", "mobilenet_v3_large", "googlenet", "gpt-tiny", "bert-tiny", "randwire-ws-s0",
          "randwire-er-s0", "randwire-ba-s0"]
-LARGE = ["resnet50", "inception_v3", "vgg16", "densenet121"]
+LARGE = ["resnet50", "inception_v3", "vgg16", "densenet121", "randwire-ws-small-s0"]
 
 
 def _captured(name):
@@ -47,6 +47,24 @@ def test_convolution_and_matmul_flops_agree_with_torch_flop_counter(name):
         with FlopCounterMode(display=False) as eager, torch.no_grad():
             model(*inputs)
         assert ours == pytest.approx(eager.get_total_flops(), rel=1e-3)
+
+
+@pytest.mark.parametrize("generator", ["ws", "er", "ba"])
+def test_randwire_small_regime_has_the_shape_of_xie_et_al_table_1(generator):
+    model = zoo.get(f"randwire-{generator}-small-s0").build().eval()
+    assert [len(stage.nodes) for stage in model.stages] == [16, 32, 32]
+    with torch.no_grad():
+        x = model.stem(torch.randn(1, 3, 224, 224))
+        assert x.shape == (1, 78, 56, 56)  # conv1 and conv2: C = 78 at 56 x 56
+        widths = []
+        for stage in model.stages:
+            x = stage(x)
+            widths.append((x.shape[1], x.shape[2]))
+        assert widths == [(78, 28), (156, 14), (312, 7)]
+        assert model.head(model.top(x).mean(dim=(2, 3))).shape == (1, 1000)
+    # the seed picks the wiring: another seed, another graph
+    other = zoo.get(f"randwire-{generator}-small-s1").build()
+    assert [s.preds for s in model.stages] != [s.preds for s in other.stages]
 
 
 def test_parameters_are_resident_memory_not_tasks_and_tasks_keep_their_module_path():
