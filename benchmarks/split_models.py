@@ -27,8 +27,11 @@ from diviml.validate import validate
 
 OUT = Path(__file__).parent / "results" / "split_models.md"
 CACHE = Path.home() / ".cache" / "diviml" / "benchmark-graphs"
+# randomly wired networks at two sizes: Xie et al.'s small regime (224x224, C = 78: compute-bound on the
+# GPUs at batch 8) and the zoo's CIFAR-sized ones (launch-bound on the GPUs: a few microseconds an operator)
 MODELS = ("resnet50", "googlenet", "inception_v3", "densenet121", "mobilenet_v3_large", "gpt2-small",
-          "randwire-ws-s0", "randwire-er-s0", "randwire-ba-s0", "randwire-ws-s1", "randwire-er-s1", "randwire-ba-s1")
+          "randwire-ws-small-s0", "randwire-er-small-s0", "randwire-ba-small-s0",
+          "randwire-ws-s0", "randwire-er-s0", "randwire-ba-s0")
 
 
 def model_graph(name: str) -> TaskGraph:

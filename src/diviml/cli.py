@@ -14,6 +14,7 @@ from . import solvers
 from .errors import DivimlError, InputError
 from .graph import write_text_atomic
 from .frontends import neurips2020
+from .frontends.pytorch import MIN_TIMING_S
 from .io import load_input, load_problem
 from .plan import Plan
 from .platform import Platform, preset, preset_names
@@ -142,12 +143,14 @@ def cmd_profile(args) -> dict:
         raise InputError(f"--batch {args.batch!r}: give batch sizes like 1,8,32") from None
     if any(b < 1 for b in batches):
         raise InputError("batch sizes must be >= 1")
+    if args.repeats < 1 or not args.min_time >= 0:
+        raise InputError(f"--repeats must be >= 1 and --min-time >= 0 seconds, got {args.repeats} and {args.min_time}")
     if args.out and not Path(args.out).resolve().parent.is_dir():
         raise InputError(f"cannot write {args.out}: its folder does not exist")
     device = None if args.device == "none" else args.device
     measured = measured_device_type(device)
     graph = profile_zoo(args.model, batches=batches, device=device, repeats=args.repeats, threads=args.threads,
-                        progress=None if args.quiet else _progress)
+                        min_time_s=args.min_time, progress=None if args.quiet else _progress)
     if args.out:
         graph.save(args.out)
     times = {dt: sum(t.time.get(dt, 0.0) for t in graph.tasks) for dt in sorted(graph.device_types)}
@@ -270,7 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--device", default="cpu",
                     help="where to measure: cpu, cuda or cuda:N (times recorded under the catalogue's name for "
                          "that GPU, e.g. h100-sxm), or none (analytic costs only, weights never allocated)")
-    pr.add_argument("--repeats", type=int, default=5, help="timed runs per operator (median kept)")
+    pr.add_argument("--repeats", type=int, default=5, help="timed runs per operator at least (median kept)")
+    pr.add_argument("--min-time", type=float, default=MIN_TIMING_S,
+                    help=f"seconds of timing per batch size at least, passes spread over them (default {MIN_TIMING_S:g})")
     pr.add_argument("--threads", type=int, default=1, help="CPU threads while measuring (fixed)")
     pr.add_argument("--out", help="write the graph JSON")
     pr.add_argument("--quiet", action="store_true")

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -107,6 +108,17 @@ def test_profiled_graphs_measure_the_cpu_model_other_devices_and_tables_by_batch
     assert again == graph
     plan = diviml.solve(diviml.Problem(again, diviml.preset("paper-server")), "heft", time_limit=10)
     assert plan.objective > 0
+
+
+def test_timing_passes_are_spread_over_the_minimum_profiling_time():
+    _, _, captured = _captured("gpt-tiny")  # a pass takes a few milliseconds
+    t0 = time.perf_counter()
+    spread = measure(captured, repeats=2, min_time_s=0.5)
+    assert time.perf_counter() - t0 >= 0.5
+    samples = {len(r.times) for r in spread if r.kind != "input"}
+    assert len(samples) == 1 and samples.pop() > 2  # every operator timed once per pass, more passes than asked
+    exact = measure(captured, repeats=2, min_time_s=0.0)
+    assert {len(r.times) for r in exact if r.kind != "input"} == {2}
 
 
 def test_analytic_profiling_allocates_no_weights():

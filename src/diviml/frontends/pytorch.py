@@ -186,13 +186,20 @@ MIN_SAMPLE_S = 2e-4  # an operator faster than this is timed over several back-t
 # sixth), and short samples with gaps between them never bring them back up.
 MIN_SAMPLE_S_CUDA = 1e-3
 WARMUP_S_CUDA = 1.0
+# Timing passes go on until this long has passed (and at least ``repeats`` passes ran, at most MAX_PASSES): on
+# a shared machine the host runs faster or slower for seconds at a time, and five passes of a 1 ms model
+# fit inside one such stretch. Spread over seconds, the medians of two profiles agree (bert-tiny re-profiled
+# 26.6% apart in total with five passes).
+MIN_TIMING_S = 2.0
+MAX_PASSES = 200
 
 
 def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: int | None = 1,
-            progress: Callable[[str], None] | None = None) -> list[NodeRecord]:
+            min_time_s: float = MIN_TIMING_S, progress: Callable[[str], None] | None = None) -> list[NodeRecord]:
     """Run the graph node by node, recording costs and (repeats > 0) the median time of every operator.
 
-    The graph runs ``repeats`` times after the warm-up; each pass times every operator's own call once
+    After the warm-up the graph runs at least ``repeats`` times and, when ``repeats`` > 0, until
+    ``min_time_s`` seconds of timing have passed (at most MAX_PASSES passes); each pass times every operator's own call once
     (averaged over enough back-to-back calls to reach MIN_SAMPLE_S, or MIN_SAMPLE_S_CUDA). Samples of one operator are thus
     spread over the whole profile, so a burst of noise on a shared machine spoils one sample of many
     operators, not every sample of a few: re-profiling gives steadier medians than timing each operator's
@@ -274,11 +281,17 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
             torch.cuda.synchronize(clock.device)
         Recorder(gm).run(*captured.args)  # costs and graph structure
         timing[0] = True
-        for r in range(repeats):
+        started, passes, shown = time.perf_counter(), 0, 0
+        while passes < repeats or (repeats and passes < MAX_PASSES and time.perf_counter() - started < min_time_s):
             Recorder(gm).run(*captured.args)
-            if progress:
-                filled = int(20 * (r + 1) / repeats)
-                progress(f"  [{'#' * filled}{'.' * (20 - filled)}] timing pass {r + 1}/{repeats}")
+            passes += 1
+            # done when both the passes and the time are: the bar shows the one further from it
+            done = min(passes / repeats, (time.perf_counter() - started) / min_time_s if min_time_s > 0 else 1.0)
+            filled = int(20 * min(done, 1.0))
+            if progress and filled > shown:  # at most 20 lines
+                shown = filled
+                progress(f"  [{'#' * filled}{'.' * (20 - filled)}] {passes} timing passes in "
+                         f"{time.perf_counter() - started:.1f} s")
     return list(records.values())
 
 
@@ -325,8 +338,8 @@ def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str, m
 def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *, name: str,
             batches: Sequence[int] = (1,), measured_type: str | None = "cpu",
             analytic_types: Sequence[str] = ("v100", "a100"), repeats: int = 5, warmup: int = 1,
-            threads: int | None = 1, progress: Callable[[str], None] | None = None,
-            device: str = "cpu") -> TaskGraph:
+            threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
+            progress: Callable[[str], None] | None = None, device: str = "cpu") -> TaskGraph:
     """Capture and cost a model at each batch size; the first is the graph's own, the others fill the tables.
 
     ``device`` is the torch device measured on (its times are recorded as ``measured_type``): the model and
@@ -350,7 +363,7 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
             progress(f"profiling {name} at batch {b} ({i + 1}/{len(batches)})")
         captured = capture(model, inputs_fn(b))
         records = measure(captured, repeats=repeats if measured_type else 0, warmup=warmup if measured_type else 0,
-                          threads=threads, progress=progress)
+                          threads=threads, min_time_s=min_time_s, progress=progress)
         per_batch[b] = {r.name: r for r in records}
         if base is None:
             base = (captured, records)
@@ -396,7 +409,8 @@ def measured_device_type(device: str | None) -> str | None:
 
 
 def profile_zoo(name: str, *, batches: Sequence[int] = (1,), device: str | None = "cpu", repeats: int = 5,
-                threads: int | None = 1, progress: Callable[[str], None] | None = None) -> TaskGraph:
+                threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
+                progress: Callable[[str], None] | None = None) -> TaskGraph:
     """Profile a zoo model: measured on ``device`` ("cpu", "cuda", "cuda:N", or None for analytic costs only),
     roofline times for every other device type of the catalogue."""
     from ..zoo import get
@@ -404,7 +418,8 @@ def profile_zoo(name: str, *, batches: Sequence[int] = (1,), device: str | None 
     measured = measured_device_type(device)
     analytic = [t for t in CATALOGUE if t != measured]
     return profile(model.build, model.inputs, name=name, batches=batches, measured_type=measured,
-                   analytic_types=analytic, repeats=repeats, threads=threads, progress=progress,
+                   analytic_types=analytic, repeats=repeats, threads=threads, min_time_s=min_time_s,
+                   progress=progress,
                    device=device or "cpu")
 
 
