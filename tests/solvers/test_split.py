@@ -52,6 +52,25 @@ def test_the_batch_objective_splits_the_batch_where_data_parallelism_pays():
     assert {a.batch for a in plan.assignments} == {4}
 
 
+def test_repeated_modules_are_solved_once_and_the_plan_stays_optimal():
+    # six identical diamonds in a chain (a transformer's layers in miniature): each is its own module
+    block = {"a": ({"cpu": 4.0, "v100": 1.0, "a100": 1.5}, 1e6), "b": ({"cpu": 3.0, "v100": 2.0, "a100": 1.0}, 1e6),
+             "c": ({"cpu": 1.0, "v100": 2.5, "a100": 2.0}, 1e6), "d": ({"cpu": 2.0, "v100": 1.0, "a100": 1.0}, 1e6)}
+    spec, edges = {}, []
+    for i in range(6):
+        spec.update({f"{k}{i}": v for k, v in block.items()})
+        edges += [(f"a{i}", f"b{i}"), (f"a{i}", f"c{i}"), (f"b{i}", f"d{i}"), (f"c{i}", f"d{i}")]
+        if i:
+            edges.append((f"d{i - 1}", f"a{i}"))
+    p = Problem(graph(spec, edges), diviml.preset("paper-server"))
+    assert len(detect(p.graph, 4).modules) == 6
+    plan = diviml.solve(p, "split", time_limit=60, module_size=4, workers=1)
+    assert plan.stats["module_solves_reused"] >= 0.5 * plan.stats["module_solves"]
+    assert plan.stats["module_solves_optimal"] == plan.stats["module_solves"]
+    assert plan.gap < 1e-5  # proven by the join's bound, up to the solver's time ticks
+    assert plan.objective == pytest.approx(diviml.solve(p, "exact", time_limit=60).objective, rel=1e-6)
+
+
 def test_memory_budgets_keep_the_plan_within_every_device():
     g = layered_dag(40, seed=1)
     g = TaskGraph.create([replace(t, memory_bytes=1e9) for t in g.tasks], g.edges)

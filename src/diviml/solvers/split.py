@@ -114,10 +114,16 @@ def _solve_module(request: _Request) -> _Answer:
 
 
 class _Pool:
-    """Module solves in worker processes (forked where the platform allows), or in this one."""
+    """Module solves in worker processes (forked where the platform allows), or in this one.
+
+    Requests are keyed by their *shape* (:func:`_shape`): tasks named by position, with their costs and
+    edges. Modules that repeat (a transformer's layers, a ResNet stage's blocks) then share their solves:
+    within one batch of requests an identical request is solved once, and a proven answer is reused
+    whenever it comes up again."""
 
     def __init__(self, problem: Problem, workers: int):
         _init_worker(problem)
+        self.problem = problem
         self.workers = max(workers, 1)
         self.executor = None
         if workers > 1:
@@ -125,33 +131,73 @@ class _Pool:
             context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
             self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
                                                 initargs=(problem,))
-        self.proven: dict = {}  # request key -> optimal answer, reused by later passes over the chain
+        self.shapes: dict = {}  # (tasks, sizes) -> shape
+        self.proven: dict = {}  # request key -> optimal answer (tasks by position), reused by later requests
         self.reused = 0  # requests answered without a solve (proven earlier, or the same in one batch)
 
     def map(self, requests: list[_Request]) -> list[_Answer]:
-        keys = [_key(r) for r in requests]
+        keys = [self._key(r) for r in requests]
         todo: dict = {}
         for r, k in zip(requests, keys):
             if k not in self.proven and k not in todo:
                 todo[k] = r
         if self.executor is None or len(todo) <= 1:
-            fresh = dict(zip(todo, map(_solve_module, todo.values())))
+            answers = map(_solve_module, todo.values())
         else:
-            fresh = dict(zip(todo, self.executor.map(_solve_module, todo.values())))
+            answers = self.executor.map(_solve_module, todo.values())
+        fresh = {k: _by_position(a, r.tasks) for (k, r), a in zip(todo.items(), answers)}
         self.reused += len(requests) - len(fresh)
         self.proven.update((k, a) for k, a in fresh.items() if a.status == "optimal")
-        return [fresh[k] if k in fresh else self.proven[k] for k in keys]
+        return [_by_task(fresh[k] if k in fresh else self.proven[k], r.tasks) for r, k in zip(requests, keys)]
+
+    def _key(self, request: _Request) -> tuple:
+        """What a module solve's answer depends on besides its time limit and seed, tasks by position."""
+        shape = self.shapes.get((request.tasks, request.sizes))
+        if shape is None:
+            shape = self.shapes[request.tasks, request.sizes] = _shape(self.problem, request.tasks, request.sizes)
+        index = {t: i for i, t in enumerate(request.tasks)}
+        capacity = tuple(sorted(request.capacity.items())) if request.capacity is not None else None
+        # releases are differences of absolute times: rounded, so that repeated modules' keys meet
+        release = tuple(sorted(((index[t], l), d, float(f"{v:.10g}")) for ((t, l), d), v in request.release.items()))
+        only = tuple(sorted(((index[t], l), devices) for (t, l), devices in request.only.items()))
+        return shape, request.sizes, release, only, capacity
 
     def close(self) -> None:
         if self.executor is not None:
             self.executor.shutdown(cancel_futures=True)
 
 
-def _key(request: _Request) -> tuple:
-    """What a module solve's answer depends on, besides its time limit and seed."""
-    capacity = tuple(sorted(request.capacity.items())) if request.capacity is not None else None
-    return (request.tasks, request.sizes, tuple(sorted(request.release.items())),
-            tuple(sorted(request.only.items())), capacity)
+def _shape(problem: Problem, tasks: tuple[str, ...], sizes: tuple[int, ...]) -> tuple:
+    """A module's tasks as its solve sees them, named by position: time on each allowed device at each
+    sub-batch size, what sets their transfers and resident memory, co-location group, producers inside."""
+    graph = problem.graph
+    index = {t: i for i, t in enumerate(tasks)}
+    groups = problem.colocation_groups
+    rows = []
+    for t in tasks:
+        task = graph.by_id[t]
+        rows.append((tuple((d, tuple(problem.time(t, d, b) for b in sizes)) for d in problem.allowed_devices[t]),
+                     task.output_bytes, task.transfer_time, task.memory_bytes,
+                     task.colocation if task.colocation in groups else None,
+                     tuple(index[u] for u in graph.predecessors[t] if u in index)))
+    return tuple(rows)
+
+
+def _by_position(answer: _Answer, tasks: tuple[str, ...]) -> _Answer:
+    """The answer with its jobs named (position of the task in the module, sub-batch)."""
+    if answer.device_of is None:
+        return answer
+    index = {t: i for i, t in enumerate(tasks)}
+    return replace(answer, device_of={(index[t], l): d for (t, l), d in answer.device_of.items()},
+                   order_key={(index[t], l): v for (t, l), v in answer.order_key.items()})
+
+
+def _by_task(answer: _Answer, tasks: tuple[str, ...]) -> _Answer:
+    """The inverse of :func:`_by_position`, for a module with these tasks."""
+    if answer.device_of is None:
+        return answer
+    return replace(answer, device_of={(tasks[i], l): d for (i, l), d in answer.device_of.items()},
+                   order_key={(tasks[i], l): v for (i, l), v in answer.order_key.items()})
 
 
 def _releases(problem: Problem, jobs: list[JobKey], sizes, partial: _Partial) -> dict:
@@ -477,6 +523,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
                     f"{solves} module solves{walks} ({pool.reused} answered without solving), {optimal} proven "
                     f"optimal, {heft_only} from HEFT")
     stats.update({"modules": float(len(chain.modules)), "module_solves": float(solves),
+                  "module_solves_reused": float(pool.reused),
                   "module_solves_optimal": float(optimal), "module_solves_heft": float(heft_only),
                   "widest_cut": float(chain.widest_cut)})
     if baseline is not None:
