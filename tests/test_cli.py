@@ -155,3 +155,12 @@ def test_call_latency_is_solved_exactly_by_default_and_the_plan_validates(data_d
     assert out["solver"] == "call-exact" and out["status"] == "optimal" and out["gap"] <= 1e-4
     r = run("validate", scenario, tmp_path / "p.json", "--objective", "call-latency", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["valid"] is True
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    # `diviml ... --json | head -c 100`: the pipe is closed before diviml writes
+    proc = subprocess.Popen([sys.executable, "-m", "diviml", "solvers", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=REPO)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and b"Traceback" not in err

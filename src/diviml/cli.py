@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -304,10 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("diviml: interrupted\n")
         return 130
-    if args.json:
-        print(json.dumps(out, allow_nan=False, default=str))
-    else:
-        _print_human(args.command, out)
+    try:
+        if args.json:
+            print(json.dumps(out, allow_nan=False, default=str))
+        else:
+            _print_human(args.command, out)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped early (| head): what it read stands, no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     if args.command == "validate" and not out["valid"]:
         return 1
     return 0
