@@ -24,17 +24,21 @@ def _torch():
     return t()
 
 
+def _images(size: int) -> Callable[[int], tuple]:
+    """Example inputs of an image model: a seeded batch of size x size RGB images."""
+    def inputs(batch: int):
+        torch = _torch()
+        return (torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0)),)
+    return inputs
+
+
 # -- torchvision ---------------------------------------------------------------------------------------
 def _vision(name: str, size: int, **kw) -> ModelSpec:
     def build():
         import torchvision
         return getattr(torchvision.models, name)(weights=None, **kw)
 
-    def inputs(batch: int):
-        torch = _torch()
-        return (torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0)),)
-
-    return ModelSpec(name, f"torchvision {name}, random weights, {size}x{size} input", build, inputs)
+    return ModelSpec(name, f"torchvision {name}, random weights, {size}x{size} input", build, _images(size))
 
 
 # -- transformers ----------------------------------------------------------------------------------------
@@ -170,22 +174,16 @@ def randwire(generator: str, nodes: int = 32, channels: int = 32, stages: int = 
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            if regime == "tiny":
-                self.stem = nn.Sequential(*conv_bn(3, channels, 3, 2, False))
-                widths = [channels * 2 ** i for i in range(stages)]
-                sizes = [nodes] * stages
-                self.stages = nn.Sequential(*[Stage(n, widths[max(i - 1, 0)], widths[i], seed * 100 + i)
-                                              for i, n in enumerate(sizes)])
-                self.top, width = nn.Identity(), widths[-1]
-            else:
-                self.stem = nn.Sequential(*conv_bn(3, channels // 2, 3, 2, False),
-                                          *conv_bn(channels // 2, channels, 3, 2, True))
-                widths = [channels * 2 ** i for i in range(stages)]
-                sizes = [nodes // 2] + [nodes] * (stages - 1)
-                self.stages = nn.Sequential(*[Stage(n, channels if i == 0 else widths[i - 1], widths[i],
-                                                    seed * 100 + i) for i, n in enumerate(sizes)])
-                self.top, width = nn.Sequential(*conv_bn(widths[-1], 1280, 1, 1, True), nn.ReLU()), 1280
-            self.head = nn.Linear(width, classes)
+            small = regime == "small"
+            widths = [channels * 2 ** i for i in range(stages)]
+            sizes = [nodes // 2] + [nodes] * (stages - 1) if small else [nodes] * stages
+            stem = (conv_bn(3, channels // 2, 3, 2, False) + conv_bn(channels // 2, channels, 3, 2, True) if small
+                    else conv_bn(3, channels, 3, 2, False))
+            self.stem = nn.Sequential(*stem)
+            self.stages = nn.Sequential(*[Stage(n, widths[max(i - 1, 0)], widths[i], seed * 100 + i)
+                                          for i, n in enumerate(sizes)])
+            self.top = nn.Sequential(*conv_bn(widths[-1], 1280, 1, 1, True), nn.ReLU()) if small else nn.Identity()
+            self.head = nn.Linear(1280 if small else widths[-1], classes)
 
         def forward(self, x):
             x = self.top(self.stages(self.stem(x)))
@@ -195,25 +193,17 @@ def randwire(generator: str, nodes: int = 32, channels: int = 32, stages: int = 
 
 
 def _randwire_spec(generator: str, seed: int) -> ModelSpec:
-    def inputs(batch: int):
-        torch = _torch()
-        return (torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(0)),)
-
     return ModelSpec(f"randwire-{generator}-s{seed}",
                      f"randomly wired network ({generator.upper()} graphs, 32 nodes per stage, 2 stages, seed {seed}), "
-                     "64x64 input", lambda: randwire(generator, seed=seed), inputs)
+                     "64x64 input", lambda: randwire(generator, seed=seed), _images(64))
 
 
 def _randwire_small_spec(generator: str, seed: int) -> ModelSpec:
-    def inputs(batch: int):
-        torch = _torch()
-        return (torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(0)),)
-
     return ModelSpec(f"randwire-{generator}-small-s{seed}",
                      f"randomly wired network, Xie et al.'s small regime ({generator.upper()} graphs, C=78, "
                      f"stages of 16, 32, 32 nodes, seed {seed}), 224x224 input, 1000 classes",
                      lambda: randwire(generator, channels=78, stages=3, seed=seed, classes=1000, regime="small"),
-                     inputs)
+                     _images(224))
 
 
 def _registry() -> dict[str, ModelSpec]:

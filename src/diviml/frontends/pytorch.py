@@ -419,8 +419,7 @@ def profile_zoo(name: str, *, batches: Sequence[int] = (1,), device: str | None 
     analytic = [t for t in CATALOGUE if t != measured]
     return profile(model.build, model.inputs, name=name, batches=batches, measured_type=measured,
                    analytic_types=analytic, repeats=repeats, threads=threads, min_time_s=min_time_s,
-                   progress=progress,
-                   device=device or "cpu")
+                   progress=progress, device=device or "cpu")
 
 
 @dataclass(frozen=True)
