@@ -48,7 +48,7 @@ def test_every_task_is_in_one_module_and_modules_are_closed_under_predecessors()
     chain = detect(g, max_size=12)
     assert sorted(t for m in chain.modules for t in m.tasks) == sorted(t.id for t in g.tasks)
     for i, m in enumerate(chain.modules):
-        assert len(m.tasks) <= 12
+        assert len(m.tasks) <= 12 or m.inputs == 1 and len(m.tasks) <= 24  # a whole series group: up to 2x
         for t in m.tasks:
             assert all(chain.module_of[u] <= i for u in g.predecessors[t])
 
@@ -65,3 +65,17 @@ def test_a_region_without_series_points_is_cut_at_small_multi_channel_boundaries
     # the exact solver's decomposition cuts at series points only: the region stays whole
     whole = detect(TaskGraph.create(tasks, edges), max_size=6, cut_large=False)
     assert whole.multi_channel_cuts == 0 and max(len(m.tasks) for m in whole.modules) >= 20
+
+
+def test_a_group_between_series_points_up_to_twice_the_module_size_stays_whole():
+    # two parallel chains of 3 between x and out: 8 tasks, no series point inside
+    tasks = [Task(id="x", kind="input", time={"cpu": 0.0}), Task(id="out", time={"cpu": 1.0})]
+    tasks += [Task(id=f"{c}{i}", time={"cpu": 1.0}) for c in "pq" for i in range(3)]
+    edges = [("x", "p0"), ("x", "q0"), ("p2", "out"), ("q2", "out")]
+    edges += [(f"{c}{i}", f"{c}{i + 1}") for c in "pq" for i in range(2)]
+    g = TaskGraph.create(tasks, edges)
+    # a cut at a series point keeps the join exact; a cut inside the group would not
+    kept = detect(g, max_size=4)
+    assert kept.multi_channel_cuts == 0 and [len(m.tasks) for m in kept.modules] == [1, 7]
+    cut = detect(g, max_size=4, whole_size=4)
+    assert cut.multi_channel_cuts >= 1 and all(len(m.tasks) <= 4 for m in cut.modules)

@@ -450,11 +450,12 @@ def separable(problem: Problem, chain: Chain) -> bool:
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
           module_size: int = 20, module_time_limit: float = 0.5, progress=None) -> Plan:
-    """MILP-SPLIT: modules of at most ``module_size`` tasks, each solve given at most ``module_time_limit``."""
+    """MILP-SPLIT: modules of at most ``module_size`` tasks (a group between series points up to twice that
+    stays whole: its cuts are exact), each solve given at most ``module_time_limit``."""
     check_options(module_size=module_size, module_time_limit=module_time_limit)
     return solve_chain(problem, detect(problem.graph, module_size), time_limit=time_limit, seed=seed,
                        workers=workers, module_time_limit=module_time_limit, progress=progress,
-                       size_note=f"at most {module_size} tasks; ")
+                       size_note=f"at most {module_size} tasks, whole series groups up to {2 * module_size}; ")
 
 
 def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int = 0, workers: int | None = None,
