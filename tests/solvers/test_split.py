@@ -71,6 +71,38 @@ def test_repeated_modules_are_solved_once_and_the_plan_stays_optimal():
     assert plan.objective == pytest.approx(diviml.solve(p, "exact", time_limit=60).objective, rel=1e-6)
 
 
+def test_a_state_that_another_dominates_is_not_extended_and_the_plan_stays_optimal():
+    # a chain ten times slower on the CPU, with tiny tensors: ending a module on the CPU is always worse than
+    # ending it on a GPU and sending the tensor over, so after the first module only the GPU states are
+    # extended (two states x three exit devices per module instead of three x three)
+    spec = {f"t{i}": ({"cpu": 10.0, "v100": 1.0, "a100": 1.0}, 1.0) for i in range(12)}
+    p = Problem(graph(spec, [(f"t{i}", f"t{i + 1}") for i in range(11)]), diviml.preset("paper-server"))
+    assert len(detect(p.graph, 4).modules) == 3
+    plan = diviml.solve(p, "split", time_limit=60, module_size=4, workers=1)
+    assert plan.stats["dominated_states"] == 2
+    assert plan.stats["module_solves"] == 3 + 6 + 6
+    assert plan.status == "optimal"
+    assert plan.objective == pytest.approx(diviml.solve(p, "exact", time_limit=60).objective, rel=1e-6)
+
+
+def test_with_a_constant_in_the_graph_the_join_still_bounds_the_optimum():
+    # a weight transpose (no graph input reaches it) feeding the last layer: the optimum may run it early,
+    # in the join it runs in the last module, so the DP on the module bounds less its time is the bound
+    spec = {"x": ({"cpu": 0.0, "v100": 0.0, "a100": 0.0}, 1.0),
+            **{f"t{i}": ({"cpu": 6.0, "v100": 1.0 + i % 3, "a100": 3.0 - i % 3}, 1e8) for i in range(10)},
+            "w": ({"cpu": 2.0, "v100": 0.5, "a100": 0.4}, 1e8)}
+    edges = [("x", "t0"), ("w", "t9")] + [(f"t{i}", f"t{i + 1}") for i in range(9)]
+    p = Problem(graph(spec, edges, x={"kind": "input"}), diviml.preset("paper-server"))
+    assert detect(p.graph, 4).constants == {"w"}
+    plan = diviml.solve(p, "split", time_limit=60, module_size=4)
+    optimum = diviml.solve(p, "exact", time_limit=60)
+    assert optimum.status == "optimal"
+    assert "chain_bound" in plan.stats and "constants could save" in plan.notes[-1]
+    assert plan.bound <= optimum.objective * (1 + 1e-6)
+    assert plan.gap < 0.1  # the constant's slowest run (2 of about 20) is all the bound gives away
+    assert plan.objective == pytest.approx(optimum.objective, rel=1e-6)
+
+
 def test_memory_budgets_keep_the_plan_within_every_device():
     g = layered_dag(40, seed=1)
     g = TaskGraph.create([replace(t, memory_bytes=1e9) for t in g.tasks], g.edges)

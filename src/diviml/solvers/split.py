@@ -295,6 +295,7 @@ class _JoinResult:
     repaired: bool = False
     lower: float = 0.0
     share_bound: bool = False  # some solve ended unproven at a limit below module_time_limit
+    dominated: int = 0  # states dropped because another one dominated them
 
 
 def _exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[str, ...] | None]:
@@ -305,7 +306,7 @@ def _exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[s
 
 def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, watch: Stopwatch, *,
           memory_binds: bool, module_time_limit: float, seed: int, progress, label: str,
-          scale: float = 1.0) -> _JoinResult:
+          slack: tuple[float, ...] | None = None, scale: float = 1.0) -> _JoinResult:
     """The Viterbi walk over the chain for one batch split (``memory_binds``: track memory budgets).
 
     Each step gets a share of the time left in proportion to its module's size, times ``scale``, spread
@@ -323,13 +324,15 @@ def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, w
         parallel = min(pool.workers, requests) / requests
         limit = min(module_time_limit, share * scale * parallel, watch.left * parallel)
         before = result.optimal_solves, result.solves
-        new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result)
+        new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result,
+                           None if slack is None or result.repaired else slack[i])
         if limit < module_time_limit and result.optimal_solves - before[0] < result.solves - before[1]:
             result.share_bound = True
         if not new_states and memory_binds:
             # no state can hold this module: place the rest ignoring memory, and repair at the end
             memory_binds, result.repaired = False, True
-            new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result)
+            new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result,
+                           None if slack is None or result.repaired else slack[i])
         if not new_states:
             return result
         states = new_states
@@ -343,8 +346,9 @@ def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, w
 
 
 def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool, limit: float, seed: int,
-          memory_binds: bool, look: _Lookahead, result: _JoinResult) -> dict:
-    """Solve ``module`` after every state for every exit option; the best new partial per exit state."""
+          memory_binds: bool, look: _Lookahead, result: _JoinResult, slack: float | None) -> dict:
+    """Solve ``module`` after every state for every exit option; the best new partial per exit state that
+    no other dominates."""
     jobs = [(t, l) for t in module.tasks for l in range(len(sizes))]
     requests, keys = [], []
     for key, partial in states.items():
@@ -373,12 +377,49 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
             new_states[state] = nxt
     for state, p in new_states.items():
         p.lower = lowest[state]
+    ranked = sorted(new_states.items(), key=lambda kv: kv[1].estimate)
+    kept: list = []
+    for state, p in ranked:
+        if not any(_dominates(problem, sizes, q, p, slack, memory_binds) for _, q in kept):
+            kept.append((state, p))
+    result.dominated += len(ranked) - len(kept)
     # one state per exit device is the exact DP for one copy; with several copies keep the best few
     beam = len(problem.platform.devices) + 1
-    return dict(sorted(new_states.items(), key=lambda kv: kv[1].estimate)[:beam])
+    return dict(kept[:beam])
 
 
-def _plan_of(problem: Problem, sizes, res: _JoinResult, exact_chain: bool, watch: Stopwatch,
+def _dominates(problem: Problem, sizes, q: _Partial, p: _Partial, slack: float | None, memory_binds: bool) -> bool:
+    """Whether every continuation of partial ``p`` can follow ``q`` unchanged and end no later, so that ``p``
+    need not be extended (the next module is then solved for fewer states).
+
+    A continuation appends jobs after each device's last one and reads the open tensors: it fits after ``q``
+    when each device is free no later there, each open tensor reaches every device no later and (when memory
+    binds) each device has no less memory left. Where the DP on bounds is a bound (``slack`` is not None,
+    see :func:`bound_slack`) the only open tensor is the series point's, every device is free once it is
+    computed, and ``p``'s finish is replaced by ``p.lower - slack`` (the earliest any plan into ``p``'s state
+    computes it, constants left out), so that the DP on the states kept stays a bound."""
+    if problem.colocation_groups or p.open != q.open:
+        return False
+    graph, platform = problem.graph, problem.platform
+    devices = [d.name for d in platform.devices]
+
+    def arrival(partial: _Partial, job, device: str, finish: float) -> float:
+        return finish + platform.transfer_time(graph.by_id[job[0]], partial.device_of[job], device,
+                                               sizes[job[1]] / graph.batch_size)
+
+    if slack is not None and len(p.open) == 1:
+        (job,) = p.open
+        return all(arrival(q, job, e, q.finish[job]) <= arrival(p, job, e, p.lower - slack) for e in devices)
+    if slack is not None:
+        return False
+    if any(q.free.get(e, 0.0) > p.free.get(e, 0.0) for e in devices):
+        return False
+    if memory_binds and any(q.memory_left[e] < p.memory_left[e] for e in devices):
+        return False
+    return all(arrival(q, j, e, q.finish[j]) <= arrival(p, j, e, p.finish[j]) for j in p.open for e in devices)
+
+
+def _plan_of(problem: Problem, sizes, res: _JoinResult, slack: float | None, watch: Stopwatch,
              notes: list) -> Plan | None:
     """The join's plan (memory repaired where it had to be), or None with a note saying why there is none."""
     if res.partial is None:
@@ -391,7 +432,7 @@ def _plan_of(problem: Problem, sizes, res: _JoinResult, exact_chain: bool, watch
         except InfeasibleError:
             notes.append(f"the plan for {len(sizes)} sub-batch(es) overflowed memory beyond repair")
             return None
-    bound = res.lower if exact_chain and not res.repaired else None
+    bound = res.lower - slack if slack is not None and not res.repaired else None
     return heft.plan_from_jobs(JobGraph(problem, sizes), device_of, res.partial.start, solver=NAME,
                                status="feasible", watch=watch, bound=bound)
 
@@ -444,8 +485,41 @@ def check_options(*, module_size: int = 20, module_time_limit: float = 0.5, **_)
 def separable(problem: Problem, chain: Chain) -> bool:
     """Whether the latency optimum is the chain DP of the modules' optima: every cut a series point, no
     constants that could run early, no memory limit that can bind and no co-location coupling modules."""
-    return (problem.objective.kind == "latency" and chain.multi_channel_cuts == 0 and not chain.constants
-            and not problem.colocation_groups and not JobGraph.whole(problem).memory_limits())
+    slack = bound_slack(problem, chain)
+    return slack is not None and slack[-1] == 0.0
+
+
+def bound_slack(problem: Problem, chain: Chain) -> tuple[float, ...] | None:
+    """How far the DP on the module solves' bounds may exceed the optimum, summed up to each module; None
+    where it bounds nothing (not latency, a multi-channel cut, a memory limit that can bind, co-location).
+
+    Zero on a separable chain. A constant (a task no graph input reaches, e.g. a weight transpose) runs in
+    its consumers' module in the join, where the optimum may run it earlier: leaving it out of a module
+    shortens the module's optimum by at most its run just before its consumer, on the consumer's device
+    (plus the slowest send of its output when it has several consumers or cannot run there). So with every
+    constant's consumers in its own module, the DP less those amounts bounds the optimum."""
+    if (problem.objective.kind != "latency" or chain.multi_channel_cuts or problem.colocation_groups
+            or JobGraph.whole(problem).memory_limits()):
+        return None
+    graph, platform = problem.graph, problem.platform
+    module_of = chain.module_of
+    per_module = [0.0] * len(chain.modules)
+    for c in chain.constants:
+        if any(module_of[v] != module_of[c] for v in graph.successors[c]):
+            return None
+        devices = problem.allowed_devices[c]
+        consumers = graph.successors[c]
+        if len(consumers) == 1 and set(problem.allowed_devices[consumers[0]]) <= set(devices):
+            per_module[module_of[c]] += max(problem.time(c, d) for d in problem.allowed_devices[consumers[0]])
+        else:
+            send = max((platform.transfer_time(graph.by_id[c], a, b) for a in devices for b in platform.by_name),
+                       default=0.0)
+            per_module[module_of[c]] += max(problem.time(c, d) for d in devices) + send
+    total, out = 0.0, []
+    for amount in per_module:
+        total += amount
+        out.append(total)
+    return tuple(out)
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
@@ -471,12 +545,13 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
                  f"series points, {chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} "
                  f"tensors), {workers} worker(s)")
     memory_binds = bool(JobGraph.whole(problem).memory_limits())
-    # on a separable chain the DP run on the module solves' bounds bounds the optimum
-    exact_chain = separable(problem, chain)
+    # with series cuts only, the DP run on the module solves' bounds (less the constants' slack) bounds the optimum
+    slack = bound_slack(problem, chain)
+    exact_chain = slack is not None and slack[-1] == 0.0
     chain_bound, proven = None, False
     pool = _Pool(problem, workers)
     best, stats, notes = baseline, {}, []
-    solves = optimal = heft_only = passes = 0
+    solves = optimal = heft_only = passes = dominated = 0
     try:
         for i, sizes in enumerate(splits):
             share = Stopwatch(watch.left / (len(splits) - i))
@@ -484,14 +559,16 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
             while True:
                 res = _join(problem, chain, sizes, pool, share, memory_binds=memory_binds,
                             module_time_limit=module_time_limit, seed=seed, progress=progress, scale=scale,
+                            slack=slack,
                             label=label + (f" [{len(sizes)} sub-batches]" if len(splits) > 1 else ""))
                 passes += 1
                 solves, optimal = solves + res.solves, optimal + res.optimal_solves
                 heft_only += res.heft_solves
-                plan = _plan_of(problem, sizes, res, exact_chain, watch, notes)
-                if plan is not None and exact_chain:
-                    chain_bound = max(chain_bound or 0.0, res.lower)
-                    proven = proven or res.optimal_solves == res.solves
+                dominated += res.dominated
+                plan = _plan_of(problem, sizes, res, None if slack is None else slack[-1], watch, notes)
+                if plan is not None and slack is not None:
+                    chain_bound = max(chain_bound or 0.0, res.lower - slack[-1])
+                    proven = proven or (exact_chain and res.optimal_solves == res.solves)
                 if plan is not None and (best is None or plan.objective < best.objective):
                     best = plan
                     stats["join_makespan"] = res.partial.makespan
@@ -501,9 +578,9 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
                     if len(sizes) > 1:
                         notes.append(f"batch split into {len(sizes)} sub-batches "
                                      f"({'/'.join(map(str, sizes))} samples)")
-                # a separable chain with unfinished module solves is walked again with 4x their time; the
-                # proven answers are reused, so the time goes to the unfinished ones
-                if (proven or plan is None or not exact_chain or not res.share_bound
+                # a chain of series cuts with unfinished module solves is walked again with 4x their time
+                # (a tighter bound, maybe a better plan); proven answers are reused, so the time goes to the rest
+                if (proven or plan is None or slack is None or not res.share_bound
                         or share.left < 0.05 * share.limit):
                     break
                 scale *= 4
@@ -516,22 +593,24 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
         notes.append(f"kept the baseline plan ({best.solver}): the join found nothing better")
     if chain_bound is not None:
         stats["chain_bound"] = chain_bound
-        notes.append("every cut is a series point: the bound is the join's dynamic program on the module bounds")
+        notes.append("every cut is a series point: the bound is the join's dynamic program on the module bounds"
+                     + (f", less {slack[-1]:.3g} s that constants could save by running earlier" if slack[-1] else ""))
     bound = max(best.bound, min(chain_bound or 0.0, best.objective))
     walks = f" in {passes} passes" if passes > len(splits) else ""
     notes.insert(0, f"{len(chain.modules)} modules ({len(chain.series_points)} series points, "
                     f"{chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} tensors); "
                     f"{solves} module solves{walks} ({pool.reused} answered without solving), {optimal} proven "
-                    f"optimal, {heft_only} from HEFT")
+                    f"optimal, {heft_only} from HEFT; {dominated} dominated states dropped")
     stats.update({"modules": float(len(chain.modules)), "module_solves": float(solves),
                   "module_solves_reused": float(pool.reused),
                   "module_solves_optimal": float(optimal), "module_solves_heft": float(heft_only),
+                  "dominated_states": float(dominated),
                   "widest_cut": float(chain.widest_cut)})
     if baseline is not None:
         stats["baseline_objective"] = baseline.objective
     # as for exact: "optimal" when the integer models are proven optimal (here every module's, on a chain)
     unfinished = heft_only or optimal < solves
     status = "optimal" if (proven and best.solver == NAME) or best.objective <= bound * (1 + 1e-9) else (
-        "timeout" if (exact_chain and unfinished) or heft_only or watch.expired else "feasible")
+        "timeout" if (slack is not None and unfinished) or heft_only or watch.expired else "feasible")
     return replace(best, solver=NAME, status=status, bound=bound, solve_time_s=watch.elapsed, notes=tuple(notes),
                    stats={**best.stats, **stats})
