@@ -134,7 +134,8 @@ def main(argv=None) -> int:
             f"exact given {args.exact_limit:g} s, split {args.split_limit:g} s, on this 2-core machine. "
             "Values: split vs X = split's plan / X's plan - 1 (negative: split is better). Gaps are to the best "
             "bound known (the lower bound, exact's and split's). Speed-up = exact's time to reach split's value "
-            "/ split's time; \"its start\": exact's starting plan (HEFT or best device) was already as good. Solver modules are imported before timing.\n")
+            "/ split's time; \"its start\": exact's starting plan (HEFT or best device) was already as good. "
+            "Solver modules are imported before timing.\n")
     Path(args.out).write_text(f"# MILP-SPLIT vs exact, HEFT and the partitioner\n\n"
                               f"`python benchmarks/split_models.py {' '.join(argv or sys.argv[1:])}`\n\n{text}{note}")
     return 0

@@ -253,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="symmetry breaking for identical devices (exact solvers; default tasks)")
     s.add_argument("--workers", type=int, help="CP-SAT worker threads (exact, whole model), processes (split, "
                                                "exact by pieces); default: the CPU count")
-    s.add_argument("--module-size", type=int, help="split: most tasks per module (default 20); a group between two series points of up to twice this stays one module")
+    s.add_argument("--module-size", type=int, help="split: most tasks per module (default 20); a group between "
+                                                   "two series points of up to twice this stays one module")
     s.add_argument("--module-time-limit", type=float, help="split: seconds per module solve at most (default 0.5)")
     s.add_argument("--no-decompose", action="store_true",
                    help="exact: solve the whole graph as one model, not piece by piece between series points")

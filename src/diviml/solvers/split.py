@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from itertools import accumulate
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -324,15 +325,17 @@ def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, w
         parallel = min(pool.workers, requests) / requests
         limit = min(module_time_limit, share * scale * parallel, watch.left * parallel)
         before = result.optimal_solves, result.solves
+        # a slack exists only where memory cannot bind, so the repair below never runs with one
+        step_slack = None if slack is None else slack[i]
         new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result,
-                           None if slack is None or result.repaired else slack[i])
+                           step_slack)
         if limit < module_time_limit and result.optimal_solves - before[0] < result.solves - before[1]:
             result.share_bound = True
         if not new_states and memory_binds:
             # no state can hold this module: place the rest ignoring memory, and repair at the end
             memory_binds, result.repaired = False, True
             new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result,
-                           None if slack is None or result.repaired else slack[i])
+                               step_slack)
         if not new_states:
             return result
         states = new_states
@@ -388,7 +391,8 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
     return dict(kept[:beam])
 
 
-def _dominates(problem: Problem, sizes, q: _Partial, p: _Partial, slack: float | None, memory_binds: bool) -> bool:
+def _dominates(problem: Problem, sizes, q: _Partial, p: _Partial, slack: float | None,
+               memory_binds: bool) -> bool:
     """Whether every continuation of partial ``p`` can follow ``q`` unchanged and end no later, so that ``p``
     need not be extended (the next module is then solved for fewer states).
 
@@ -505,21 +509,17 @@ def bound_slack(problem: Problem, chain: Chain) -> tuple[float, ...] | None:
     module_of = chain.module_of
     per_module = [0.0] * len(chain.modules)
     for c in chain.constants:
-        if any(module_of[v] != module_of[c] for v in graph.successors[c]):
+        consumers = graph.successors[c]
+        if any(module_of[v] != module_of[c] for v in consumers):
             return None
         devices = problem.allowed_devices[c]
-        consumers = graph.successors[c]
         if len(consumers) == 1 and set(problem.allowed_devices[consumers[0]]) <= set(devices):
             per_module[module_of[c]] += max(problem.time(c, d) for d in problem.allowed_devices[consumers[0]])
         else:
             send = max((platform.transfer_time(graph.by_id[c], a, b) for a in devices for b in platform.by_name),
                        default=0.0)
             per_module[module_of[c]] += max(problem.time(c, d) for d in devices) + send
-    total, out = 0.0, []
-    for amount in per_module:
-        total += amount
-        out.append(total)
-    return tuple(out)
+    return tuple(accumulate(per_module))
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
@@ -527,9 +527,10 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     """MILP-SPLIT: modules of at most ``module_size`` tasks (a group between series points up to twice that
     stays whole: its cuts are exact), each solve given at most ``module_time_limit``."""
     check_options(module_size=module_size, module_time_limit=module_time_limit)
-    return solve_chain(problem, detect(problem.graph, module_size), time_limit=time_limit, seed=seed,
-                       workers=workers, module_time_limit=module_time_limit, progress=progress,
-                       size_note=f"at most {module_size} tasks, whole series groups up to {2 * module_size}; ")
+    whole_size = 2 * module_size
+    return solve_chain(problem, detect(problem.graph, module_size, whole_size=whole_size), time_limit=time_limit,
+                       seed=seed, workers=workers, module_time_limit=module_time_limit, progress=progress,
+                       size_note=f"at most {module_size} tasks, whole series groups up to {whole_size}; ")
 
 
 def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int = 0, workers: int | None = None,
@@ -593,8 +594,9 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
         notes.append(f"kept the baseline plan ({best.solver}): the join found nothing better")
     if chain_bound is not None:
         stats["chain_bound"] = chain_bound
+        saved = f", less {slack[-1]:.3g} s that constants could save by running earlier" if slack[-1] else ""
         notes.append("every cut is a series point: the bound is the join's dynamic program on the module bounds"
-                     + (f", less {slack[-1]:.3g} s that constants could save by running earlier" if slack[-1] else ""))
+                     + saved)
     bound = max(best.bound, min(chain_bound or 0.0, best.objective))
     walks = f" in {passes} passes" if passes > len(splits) else ""
     notes.insert(0, f"{len(chain.modules)} modules ({len(chain.series_points)} series points, "
