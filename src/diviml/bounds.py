@@ -221,4 +221,10 @@ def path_work_bound(problem: Problem) -> float:
 
 
 def lower_bound(problem: Problem) -> float:
-    return max(critical_path_bound(problem), work_bound(problem), path_work_bound(problem))
+    """The best of the bounds above, computed once per problem: every plan a solver makes asks for it, and
+    the LP takes a fraction of a second on large graphs. (Problems are immutable; the value is kept where
+    the problem keeps its cached properties.)"""
+    memo = problem.__dict__
+    if "lower_bound" not in memo:
+        memo["lower_bound"] = max(critical_path_bound(problem), work_bound(problem), path_work_bound(problem))
+    return memo["lower_bound"]

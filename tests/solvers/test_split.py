@@ -30,6 +30,34 @@ def test_at_series_points_the_join_is_exact_and_matches_the_monolithic_optimum(s
     assert whole.objective * (1 - 1e-5) <= split.bound <= whole.objective * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_solves_that_cannot_beat_a_state_already_reached_end_at_their_cutoff_and_the_plan_stays_optimal(seed):
+    # after the best state's solves, the others' carry a cutoff; most cannot improve on what was reached
+    p = Problem(layered_dag(60, seed=seed), diviml.preset("paper-server"))
+    split = diviml.solve(p, "split", time_limit=60, module_size=10, workers=1)
+    whole = diviml.solve(p, "exact", time_limit=60, decompose=False)
+    assert whole.status == "optimal"
+    assert split.stats["module_solves_cut_off"] > 0
+    assert split.objective == pytest.approx(whole.objective, rel=1e-5)
+    assert split.status == "optimal" and split.bound <= whole.objective * (1 + 1e-9)
+
+
+def test_with_multi_channel_cuts_cutoffs_still_give_a_plan_as_good_as_heft_and_validated():
+    # a region without series points is cut into modules with several tensors crossing: the cutoffs there
+    # are deadlines on every job that is read later (its end plus its fastest path after the module)
+    # (two chains that meet only at the end, one faster on each GPU, tensors worth sending)
+    spec = {"x": ({"cpu": 0.0, "v100": 0.0, "a100": 0.0}, 1e7), "out": ({"cpu": 1.0, "v100": 0.2, "a100": 0.2}, 1.0)}
+    spec |= {f"p{i}": ({"cpu": 5.0, "v100": 1.0 + i % 2, "a100": 1.5}, 1e7) for i in range(16)}
+    spec |= {f"q{i}": ({"cpu": 5.0, "v100": 1.5, "a100": 1.0 + i % 3}, 1e7) for i in range(16)}
+    edges = [("x", "p0"), ("x", "q0"), ("p15", "out"), ("q15", "out")]
+    edges += [(f"{c}{i}", f"{c}{i + 1}") for c in "pq" for i in range(15)]
+    p = Problem(graph(spec, edges), diviml.preset("paper-server"))
+    plan = diviml.solve(p, "split", time_limit=60, module_size=6, workers=1)
+    assert detect(p.graph, 6).multi_channel_cuts > 0 and plan.stats["module_solves_cut_off"] > 0
+    assert validate(plan, p).ok
+    assert plan.objective <= diviml.solve(p, "heft", time_limit=5).objective * (1 + 1e-9)
+
+
 def test_split_is_never_worse_than_heft_or_the_best_device_and_is_validated():
     p = Problem(layered_dag(90, seed=7), diviml.preset("paper-server"))
     plan = diviml.solve(p, "split", time_limit=60, module_size=8)

@@ -3,7 +3,7 @@
 Model: one optional interval per (job, allowed device) sharing the job's start and end; exactly one device
 per job; NoOverlap per device; for every edge, the consumer starts after the producer ends plus the transfer
 between the two devices chosen (enforced on the pair of assignment literals); memory per device;
-co-location; symmetry breaking for identical devices; makespan minimised; HEFT's schedule as a hint.
+co-location; symmetry breaking for identical devices; makespan minimised; a first schedule (HEFT's) as a hint.
 
 Time scale: times become integers in ticks of ``tick = UB / resolution`` where UB is the best baseline
 makespan (``resolution`` = 10^7 by default). Durations and transfers are rounded *down*, so the integer
@@ -17,19 +17,25 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Mapping
 
 from ortools.sat.python import cp_model
 
-from .jobs import JobGraph
-from .search import Outcome, heft_hint
+from .jobs import JobGraph, JobKey
+from .search import Outcome
 from .symmetry import groups
 
 
 def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0, workers: int | None = None,
                symmetry: str = "tasks", resolution: int = 10_000_000, small: bool = False,
-               progress=None, on_incumbent=None) -> Outcome:
-    """CP-SAT on a job graph, hinted with HEFT; ``upper`` (a known makespan) fixes the time scale.
+               cutoff: float | None = None, tails: Mapping[JobKey, float] | None = None, progress=None,
+               hint: tuple[dict, dict] | None = None, on_incumbent=None) -> Outcome:
+    """CP-SAT on a job graph; ``upper`` (a known makespan) fixes the time scale; ``hint``: a first schedule
+    (device and start per job, e.g. HEFT's from :func:`.search.heft_hint`, respecting ``symmetry``).
 
+    ``cutoff``: only schedules where every job's end plus its tail (0 unless given) is at most the cutoff
+    count; "infeasible" then proves that none exists (times round down, so no schedule meeting the cutoff
+    in real units is cut off).
     Whole graphs gain from linearization level 2 (stronger bounds). ``small`` (MILP-SPLIT's modules of
     10-30 jobs) turns linearization and presolve off: measured 5-14x faster there, optima unchanged."""
     problem = jobs.problem
@@ -43,52 +49,55 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     start, end, x = {}, {}, {}
     per_device: dict[str, list] = {d.name: [] for d in problem.platform.devices}
     for j in jobs.jobs:
-        start[j] = m.NewIntVar(0, horizon, "")
-        end[j] = m.NewIntVar(0, horizon, "")
+        start[j] = m.new_int_var(0, horizon, "")
+        end[j] = m.new_int_var(0, horizon, "")
         for d in jobs.devices(j):
-            lit = m.NewBoolVar("")
+            lit = m.new_bool_var("")
             x[j, d] = lit
-            per_device[d].append(m.NewOptionalIntervalVar(start[j], ticks(jobs.duration(j, d)), end[j], lit, ""))
+            per_device[d].append(m.new_optional_interval_var(start[j], ticks(jobs.duration(j, d)), end[j], lit, ""))
             if jobs.released(j, d) > 0:
-                m.Add(start[j] >= ticks(jobs.released(j, d))).OnlyEnforceIf(lit)
-        m.AddExactlyOne(x[j, d] for d in jobs.devices(j))
+                m.add(start[j] >= ticks(jobs.released(j, d))).only_enforce_if(lit)
+        m.add_exactly_one(x[j, d] for d in jobs.devices(j))
     for ivs in per_device.values():
         if len(ivs) > 1:
-            m.AddNoOverlap(ivs)
+            m.add_no_overlap(ivs)
     for v in jobs.jobs:
         for u in jobs.preds(v):
-            m.Add(start[v] >= end[u])
+            m.add(start[v] >= end[u])
             for c in jobs.devices(v):
                 # the transfer of u's output to device c is linear in u's assignment (0 when u is on c)
                 comm = [(ticks(jobs.transfer(u, a, c)), x[u, a]) for a in jobs.devices(u) if a != c]
                 comm = [(w, lit) for w, lit in comm if w > 0]
                 if comm:
-                    m.Add(start[v] >= end[u] + sum(w * lit for w, lit in comm)).OnlyEnforceIf(x[v, c])
+                    m.add(start[v] >= end[u] + sum(w * lit for w, lit in comm)).only_enforce_if(x[v, c])
     _memory(m, jobs, x)
     _colocation(m, jobs, x)
     _symmetry(m, jobs, x, symmetry, ticks)
-    makespan = m.NewIntVar(0, horizon, "makespan")
+    makespan = m.new_int_var(0, horizon, "makespan")
     # redundant but strengthening: every job ends at least its fastest remaining path before the makespan,
     # starts after its fastest path from a source, and each device's work fits below the makespan
     head, tail = _heads_and_tails(jobs, ticks)
     for j in jobs.jobs:
-        m.Add(start[j] >= head[j])
-        m.Add(makespan >= end[j] + tail[j])
+        m.add(start[j] >= head[j])
+        m.add(makespan >= end[j] + tail[j])
     for d, ivs in per_device.items():
         work = [(ticks(jobs.duration(j, d)), x[j, d]) for j in jobs.jobs if (j, d) in x]
         if work:
-            m.Add(sum(w * lit for w, lit in work) <= makespan)
-    m.Minimize(makespan)
+            m.add(sum(w * lit for w, lit in work) <= makespan)
+    if cutoff is not None:
+        m.add(makespan <= ticks(cutoff))
+        for j, tail in (tails or {}).items():
+            m.add(end[j] + ticks(tail) <= ticks(cutoff))
+    m.minimize(makespan)
 
-    hint = heft_hint(jobs, symmetry)
     if hint is not None:
         hint_dev, hint_start = hint
         for j in jobs.jobs:
             s = ticks(hint_start[j])
-            m.AddHint(start[j], s)
-            m.AddHint(end[j], s + ticks(jobs.duration(j, hint_dev[j])))
+            m.add_hint(start[j], s)
+            m.add_hint(end[j], s + ticks(jobs.duration(j, hint_dev[j])))
             for d in jobs.devices(j):
-                m.AddHint(x[j, d], d == hint_dev[j])
+                m.add_hint(x[j, d], d == hint_dev[j])
 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(time_limit, 0.01)
@@ -97,17 +106,17 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     solver.parameters.linearization_level = 0 if small else 2
     solver.parameters.cp_model_presolve = not small
     callback = Progress(progress, tick, on_incumbent) if (progress or on_incumbent) else None
-    code = solver.Solve(m, callback) if callback else solver.Solve(m)
-    bound = max(solver.BestObjectiveBound(), 0) * tick if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
-    stats = {"tick": tick, "cp_sat_branches": float(solver.NumBranches())}
+    code = solver.solve(m, callback) if callback else solver.solve(m)
+    bound = max(solver.best_objective_bound, 0) * tick if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
+    stats = {"tick": tick, "cp_sat_branches": float(solver.num_branches)}
     if code == cp_model.INFEASIBLE:
         return Outcome(None, None, "infeasible", math.inf, None, stats)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return Outcome(None, None, "unknown", 0.0, None, stats)
-    device_of = {j: next(d for d in jobs.devices(j) if solver.Value(x[j, d])) for j in jobs.jobs}
-    starts = {j: float(solver.Value(start[j])) for j in jobs.jobs}
+    device_of = {j: next(d for d in jobs.devices(j) if solver.value(x[j, d])) for j in jobs.jobs}
+    starts = {j: float(solver.value(start[j])) for j in jobs.jobs}
     status = "optimal" if code == cp_model.OPTIMAL else "timeout"
-    return Outcome(device_of, starts, status, bound, solver.ObjectiveValue() * tick, stats)
+    return Outcome(device_of, starts, status, bound, solver.objective_value * tick, stats)
 
 
 def _heads_and_tails(jobs: JobGraph, ticks) -> tuple[dict, dict]:
@@ -132,11 +141,11 @@ def _memory(m, jobs: JobGraph, x) -> None:
             if len(lits) == 1:
                 resident = lits[0]
             else:
-                resident = m.NewBoolVar("")
-                m.AddMaxEquality(resident, lits)
+                resident = m.new_bool_var("")
+                m.add_max_equality(resident, lits)
             terms.append((int(math.ceil(nbytes)), resident))
         if terms:
-            m.Add(sum(w * lit for w, lit in terms) <= int(math.floor(capacity)))
+            m.add(sum(w * lit for w, lit in terms) <= int(math.floor(capacity)))
 
 
 def _colocation(m, jobs: JobGraph, x) -> None:
@@ -144,9 +153,9 @@ def _colocation(m, jobs: JobGraph, x) -> None:
         for d in devices:
             la, lb = x.get((a, d)), x.get((b, d))
             if la is None or lb is None:
-                m.Add((la if la is not None else lb) == 0)
+                m.add((la if la is not None else lb) == 0)
             else:
-                m.Add(la == lb)
+                m.add(la == lb)
 
 
 def _symmetry(m, jobs: JobGraph, x, criterion: str, ticks) -> None:
@@ -158,7 +167,7 @@ def _symmetry(m, jobs: JobGraph, x, criterion: str, ticks) -> None:
                 return 1 if criterion == "tasks" else ticks(jobs.duration(j, d))
             lhs = sum(weight(j, d1) * x[j, d1] for j in jobs.jobs if (j, d1) in x)
             rhs = sum(weight(j, d2) * x[j, d2] for j in jobs.jobs if (j, d2) in x)
-            m.Add(lhs >= rhs)
+            m.add(lhs >= rhs)
 
 
 class Progress(cp_model.CpSolverSolutionCallback):
@@ -170,10 +179,10 @@ class Progress(cp_model.CpSolverSolutionCallback):
 
     def on_solution_callback(self):  # every incumbent to on_incumbent, at most one line a second to report
         if self.on_incumbent:
-            self.on_incumbent(self.ObjectiveValue() * self.tick)
-        now = self.WallTime()
+            self.on_incumbent(self.objective_value * self.tick)
+        now = self.wall_time
         if not self.report or now < getattr(self, "_next", 0.0):
             return
         self._next = now + 1.0
-        self.report(f"  cp-sat: incumbent {self.ObjectiveValue() * self.tick:.6g}, bound "
-                    f"{self.BestObjectiveBound() * self.tick:.6g} at {self.WallTime():.1f} s")
+        self.report(f"  cp-sat: incumbent {self.objective_value * self.tick:.6g}, bound "
+                    f"{self.best_objective_bound * self.tick:.6g} at {self.wall_time:.1f} s")

@@ -27,7 +27,7 @@ from . import split
 from .cpsat import solve_jobs
 from .jobs import JobGraph
 from .modules import detect
-from .search import Outcome, exact_search
+from .search import Outcome, exact_search, heft_hint
 
 NAME = "exact"
 
@@ -53,7 +53,8 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
 
     def engine(jobs: JobGraph, upper: float, budget: float) -> Outcome:
         return solve_jobs(jobs, upper=upper, time_limit=budget, seed=seed, workers=workers, symmetry=symmetry,
-                          resolution=resolution, progress=progress, on_incumbent=on_incumbent)
+                          resolution=resolution, hint=heft_hint(jobs, symmetry), progress=progress,
+                          on_incumbent=on_incumbent)
     return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry)
 
 

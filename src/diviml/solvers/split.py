@@ -5,7 +5,9 @@ device of the current module's *exit* task (per sub-batch for the batch objectiv
 schedule that ends there. Each step solves the next module exactly (CP-SAT, :func:`.cpsat.solve_jobs`) for
 every (state, exit device) pair, given what the partial schedule fixes: when each outside input arrives on
 each device, when each device is free, how much memory it has left, and co-located tasks placed earlier.
-The solves of a step are independent and run in a process pool.
+The solves of a step are independent and run in a process pool, the best-ranked state's first: the
+others' solves then carry a *cutoff* (what their exit state already reached), and most end as soon as
+CP-SAT proves they cannot improve on it (:func:`_step`; googlenet 2.9 to 1.1 s, same plan and bound).
 
 At a series point the module only sees its one input, so the join is the exact chain DP of the paper:
 O(|K|^2 * modules * T), and with exact module solves the latency plan is optimal. At a multi-channel cut
@@ -27,6 +29,7 @@ single device); its bound is the problem's lower bound.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 from itertools import accumulate
@@ -71,13 +74,17 @@ class _Request:
     capacity: dict | None
     time_limit: float
     seed: int
+    # only a module whose jobs all end, plus their tails (fastest path after the module), by the cutoff
+    # (after the origin) can improve on the state already reached; no tails: a cutoff on the makespan
+    cutoff: float | None = None
+    tails: dict | None = None
 
 
 @dataclass(frozen=True)
 class _Answer:
     device_of: dict | None
     order_key: dict | None  # job -> a start time (any unit) whose order is the device order
-    status: str  # optimal | timeout | heft | infeasible
+    status: str  # optimal | timeout | heft | infeasible | cutoff (proven to end no earlier than the cutoff)
     bound: float = 0.0  # the module ends at least this long after the step's origin
 
 
@@ -90,27 +97,38 @@ def _init_worker(problem: Problem) -> None:
 
 
 def _solve_module(request: _Request) -> _Answer:
-    """HEFT for a first schedule and the time scale, then CP-SAT on the module; HEFT's when CP-SAT has none."""
+    """HEFT for a first schedule and the time scale, then CP-SAT on the module; HEFT's when CP-SAT has none.
+    With a cutoff, the cutoff sets the time scale and HEFT is not run: only a schedule meeting it counts."""
     jobs = JobGraph(_PROBLEM, request.sizes, request.tasks, request.release, request.only, request.capacity)
     if any(not jobs.devices(j) for j in jobs.jobs):
         return _Answer(None, None, "infeasible")
-    try:
-        device_of, start, _ = heft.heft_schedule(jobs)
-        upper = max(start[j] + jobs.duration(j, device_of[j]) for j in jobs.jobs)
-    except InfeasibleError:
-        device_of = start = None
-        upper = max(request.release.values(), default=0.0) + sum(
-            max(jobs.duration(j, d) + max(jobs.transfer(j, d, e) for e in _PROBLEM.platform.by_name)
-                for d in jobs.devices(j)) for j in jobs.jobs)
+    device_of = start = None
+    if request.cutoff is not None:
+        if request.cutoff <= 0:
+            return _Answer(None, None, "cutoff")
+        upper = request.cutoff
+    else:
+        try:
+            device_of, start, _ = heft.heft_schedule(jobs)
+            upper = max(start[j] + jobs.duration(j, device_of[j]) for j in jobs.jobs)
+        except InfeasibleError:
+            upper = max(request.release.values(), default=0.0) + sum(
+                max(jobs.duration(j, d) + max(jobs.transfer(j, d, e) for e in _PROBLEM.platform.by_name)
+                    for d in jobs.devices(j)) for j in jobs.jobs)
     if request.time_limit >= 0.02:
         out = cpsat.solve_jobs(jobs, upper=max(upper, 1e-12), time_limit=request.time_limit, seed=request.seed,
-                               workers=1, symmetry="none", small=len(jobs.jobs) <= SMALL_MODULE)
+                               workers=1, symmetry="none", small=len(jobs.jobs) <= SMALL_MODULE,
+                               cutoff=request.cutoff, tails=request.tails,
+                               hint=None if device_of is None else (device_of, start))
         if out.device_of is not None:
             return _Answer(out.device_of, out.start, out.status, out.bound)
+        if out.status == "infeasible" and request.cutoff is not None:
+            longest_tail = max((request.tails or {}).values(), default=0.0)
+            return _Answer(None, None, "cutoff", max(request.cutoff - longest_tail, 0.0))
         if out.status == "infeasible":
             return _Answer(None, None, "infeasible")
     if device_of is None:
-        return _Answer(None, None, "infeasible")
+        return _Answer(None, None, "timeout" if request.cutoff is not None else "infeasible")
     return _Answer(device_of, start, "heft")
 
 
@@ -133,23 +151,43 @@ class _Pool:
             self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
                                                 initargs=(problem,))
         self.shapes: dict = {}  # (tasks, sizes) -> shape
-        self.proven: dict = {}  # request key -> optimal answer (tasks by position), reused by later requests
+        self.proven: dict = {}  # request key -> the module's optimum (tasks by position), reused by later requests
+        self.floor: dict = {}  # request key -> a makespan cutoff proven out of reach (no shorter schedule exists)
         self.reused = 0  # requests answered without a solve (proven earlier, or the same in one batch)
 
     def map(self, requests: list[_Request]) -> list[_Answer]:
+        """The answers to ``requests``. Requests of one key are solved once, with the loosest cutoff (the
+        join compares each answer with what its own request's state reached, as it would any other). The
+        module's optimum (found without a cutoff, or under a makespan cutoff) answers later requests of its
+        key; so does a makespan cutoff proven out of reach, for tighter ones."""
         keys = [self._key(r) for r in requests]
         todo: dict = {}
         for r, k in zip(requests, keys):
-            if k not in self.proven and k not in todo:
-                todo[k] = r
+            if self._known(r, k) is not None:
+                continue
+            if k in todo and todo[k].cutoff is not None:
+                todo[k] = replace(todo[k], cutoff=None if r.cutoff is None else max(r.cutoff, todo[k].cutoff))
+            todo.setdefault(k, r)
         if self.executor is None or len(todo) <= 1:
             answers = map(_solve_module, todo.values())
         else:
             answers = self.executor.map(_solve_module, todo.values())
         fresh = {k: _by_position(a, r.tasks) for (k, r), a in zip(todo.items(), answers)}
+        for k, a in fresh.items():
+            request = todo[k]
+            if a.status == "optimal" and (request.cutoff is None or request.tails is None):
+                self.proven[k] = a
+            elif a.status == "cutoff" and request.tails is None:
+                self.floor[k] = max(request.cutoff, self.floor.get(k, -math.inf))
         self.reused += len(requests) - len(fresh)
-        self.proven.update((k, a) for k, a in fresh.items() if a.status == "optimal")
-        return [_by_task(fresh[k] if k in fresh else self.proven[k], r.tasks) for r, k in zip(requests, keys)]
+        return [_by_task(fresh[k] if k in fresh else self._known(r, k), r.tasks) for r, k in zip(requests, keys)]
+
+    def _known(self, request: _Request, key: tuple) -> _Answer | None:
+        if key in self.proven:
+            return self.proven[key]
+        if request.cutoff is not None and request.tails is None and request.cutoff <= self.floor.get(key, -math.inf):
+            return _Answer(None, None, "cutoff", self.floor[key])
+        return None
 
     def _key(self, request: _Request) -> tuple:
         """What a module solve's answer depends on besides its time limit and seed, tasks by position."""
@@ -297,6 +335,7 @@ class _JoinResult:
     lower: float = 0.0
     share_bound: bool = False  # some solve ended unproven at a limit below module_time_limit
     dominated: int = 0  # states dropped because another one dominated them
+    cut_off: int = 0  # solves ended by their cutoff: proven not to improve on a state already reached
 
 
 def _exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[str, ...] | None]:
@@ -351,33 +390,66 @@ def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, w
 def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool, limit: float, seed: int,
           memory_binds: bool, look: _Lookahead, result: _JoinResult, slack: float | None) -> dict:
     """Solve ``module`` after every state for every exit option; the best new partial per exit state that
-    no other dominates."""
+    no other dominates.
+
+    The best-ranked state goes first. The others' solves then carry a cutoff: the estimate already reached
+    for their exit state, less their origin. A partial's estimate is at least each of its jobs' end plus
+    its fastest path after the module (its *tail*), so a module schedule that ends any job later than the
+    cutoff less its tail cannot improve on the state reached, and CP-SAT stops as soon as it proves there
+    is no other (a bound in hand). One whose partial alone already reaches that estimate is not solved."""
     jobs = [(t, l) for t in module.tasks for l in range(len(sizes))]
-    requests, keys = [], []
-    for key, partial in states.items():
-        release_abs = _releases(problem, jobs, sizes, partial)
-        origin = min(release_abs.values(), default=0.0)
-        release = {k: v - origin for k, v in release_abs.items() if v - origin > 0}
-        capacity = dict(partial.memory_left) if memory_binds else None
-        for option in _exit_options(problem, module.exit, len(sizes)):
-            only = _pins(problem, module.tasks, sizes, partial, module.exit, option)
-            requests.append(_Request(module.tasks, sizes, release, only, capacity, limit, seed))
-            keys.append((key, release_abs, origin))
-    answers = pool.map(requests)
-    result.solves += len(answers)
     new_states: dict = {}
     lowest: dict = {}  # state -> the least lower bound over the ways into it (the DP on bounds)
-    for (key, release_abs, origin), answer in zip(keys, answers):
-        if answer.device_of is None:
-            continue
-        result.optimal_solves += answer.status == "optimal"
-        result.heft_solves += answer.status == "heft"
-        nxt = _advance(problem, states[key], jobs, sizes, release_abs, answer, memory_binds, look, index)
-        state = tuple(nxt.device_of[(module.exit, l)] for l in range(len(sizes)))
-        lower = states[key].lower + (origin - states[key].makespan) + answer.bound
-        lowest[state] = min(lower, lowest.get(state, lower))
-        if state not in new_states or nxt.estimate < new_states[state].estimate:
-            new_states[state] = nxt
+    ranked_keys = list(states)  # best estimate first (see the end of this function)
+    tails = {j: look.after(j, index) for j in jobs if look.last_module[j[0]] > index}
+    # where the exit ends the module (every other task feeds it) and alone is read later, the same tail for
+    # every copy, the cutoff is one on the makespan: shift-invariant, so repeated modules share its answers
+    series_tail = None
+    if (set(tails) <= {(module.exit, l) for l in range(len(sizes))} and len(set(tails.values())) <= 1
+            and all(problem.graph.successors[t] for t in module.tasks if t != module.exit)):
+        series_tail = max(tails.values(), default=0.0)
+    for batch in (ranked_keys[:1], ranked_keys[1:]):
+        requests, keys, settled = [], [], []
+        for key in batch:
+            partial = states[key]
+            release_abs = _releases(problem, jobs, sizes, partial)
+            origin = min(release_abs.values(), default=0.0)
+            release = {k: v - origin for k, v in release_abs.items() if v - origin > 0}
+            capacity = dict(partial.memory_left) if memory_binds else None
+            # what the partial alone sets its successors' estimates to: its makespan, its open tensors' tails
+            fixed = max([partial.makespan] + [partial.finish[j] + look.after(j, index) for j in partial.open
+                                              if look.last_module[j[0]] > index])
+            for option in _exit_options(problem, module.exit, len(sizes)):
+                reached = new_states[option].estimate if option in new_states else None
+                if reached is not None and fixed >= reached:
+                    settled.append(((key, option, release_abs, origin), _Answer(None, None, "cutoff")))
+                    continue
+                only = _pins(problem, module.tasks, sizes, partial, module.exit, option)
+                if reached is None:
+                    cutoff, deadlines = None, None
+                elif series_tail is not None:
+                    cutoff, deadlines = reached - origin - series_tail, None
+                else:
+                    cutoff, deadlines = reached - origin, tails
+                requests.append(_Request(module.tasks, sizes, release, only, capacity, limit, seed, cutoff,
+                                         deadlines))
+                keys.append((key, option, release_abs, origin))
+        answers = pool.map(requests)
+        result.solves += len(answers) + len(settled)
+        for (key, option, release_abs, origin), answer in list(zip(keys, answers)) + settled:
+            result.optimal_solves += answer.status in ("optimal", "cutoff")
+            result.heft_solves += answer.status == "heft"
+            result.cut_off += answer.status == "cutoff"
+            lower = states[key].lower + (origin - states[key].makespan) + answer.bound
+            if answer.status == "cutoff":  # only options with a state already reached carry a cutoff
+                lowest[option] = min(lower, lowest[option])
+            if answer.device_of is None:
+                continue
+            nxt = _advance(problem, states[key], jobs, sizes, release_abs, answer, memory_binds, look, index)
+            state = tuple(nxt.device_of[(module.exit, l)] for l in range(len(sizes)))
+            lowest[state] = min(lower, lowest.get(state, lower))
+            if state not in new_states or nxt.estimate < new_states[state].estimate:
+                new_states[state] = nxt
     for state, p in new_states.items():
         p.lower = lowest[state]
     ranked = sorted(new_states.items(), key=lambda kv: kv[1].estimate)
@@ -552,7 +624,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     chain_bound, proven = None, False
     pool = _Pool(problem, workers)
     best, stats, notes = baseline, {}, []
-    solves = optimal = heft_only = passes = dominated = 0
+    solves = optimal = heft_only = passes = dominated = cut_off = 0
     try:
         for i, sizes in enumerate(splits):
             share = Stopwatch(watch.left / (len(splits) - i))
@@ -566,6 +638,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
                 solves, optimal = solves + res.solves, optimal + res.optimal_solves
                 heft_only += res.heft_solves
                 dominated += res.dominated
+                cut_off += res.cut_off
                 plan = _plan_of(problem, sizes, res, None if slack is None else slack[-1], watch, notes)
                 if plan is not None and slack is not None:
                     chain_bound = max(chain_bound or 0.0, res.lower - slack[-1])
@@ -601,12 +674,12 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     walks = f" in {passes} passes" if passes > len(splits) else ""
     notes.insert(0, f"{len(chain.modules)} modules ({len(chain.series_points)} series points, "
                     f"{chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} tensors); "
-                    f"{solves} module solves{walks} ({pool.reused} answered without solving), {optimal} proven "
-                    f"optimal, {heft_only} from HEFT; {dominated} dominated states dropped")
+                    f"{solves} module solves{walks} ({pool.reused} answered without solving, {cut_off} ended by their "
+                    f"cutoff), {optimal} proven, {heft_only} from HEFT; {dominated} dominated states dropped")
     stats.update({"modules": float(len(chain.modules)), "module_solves": float(solves),
                   "module_solves_reused": float(pool.reused),
                   "module_solves_optimal": float(optimal), "module_solves_heft": float(heft_only),
-                  "dominated_states": float(dominated),
+                  "dominated_states": float(dominated), "module_solves_cut_off": float(cut_off),
                   "widest_cut": float(chain.widest_cut)})
     if baseline is not None:
         stats["baseline_objective"] = baseline.objective
