@@ -441,9 +441,9 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
             result.heft_solves += answer.status == "heft"
             result.cut_off += answer.status == "cutoff"
             lower = states[key].lower + (origin - states[key].makespan) + answer.bound
-            if answer.status == "cutoff":  # only options with a state already reached carry a cutoff
-                lowest[option] = min(lower, lowest[option])
             if answer.device_of is None:
+                if option in lowest and answer.status != "infeasible":  # its cutoff's bound (or none) counts
+                    lowest[option] = min(lower, lowest[option])
                 continue
             nxt = _advance(problem, states[key], jobs, sizes, release_abs, answer, memory_binds, look, index)
             state = tuple(nxt.device_of[(module.exit, l)] for l in range(len(sizes)))
