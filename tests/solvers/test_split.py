@@ -99,6 +99,28 @@ def test_repeated_modules_are_solved_once_and_the_plan_stays_optimal():
     assert plan.objective == pytest.approx(diviml.solve(p, "exact", time_limit=60).objective, rel=1e-6)
 
 
+def test_repeated_modules_share_their_solves_however_early_an_idle_device_or_a_constant_is_ready():
+    # six diamonds again, each also reading one mask made at the start (an attention mask), with a CPU too
+    # slow to be used: what is ready long before a module starts must not make its solves differ
+    block = {"a": ({"cpu": 40.0, "v100": 1.0, "a100": 1.5}, 1e6), "b": ({"cpu": 30.0, "v100": 2.0, "a100": 1.0}, 1e6),
+             "c": ({"cpu": 10.0, "v100": 2.5, "a100": 2.0}, 1e6), "d": ({"cpu": 20.0, "v100": 1.0, "a100": 1.0}, 1e6)}
+    spec = {"x": ({"cpu": 0.0, "v100": 0.0, "a100": 0.0}, 1e6), "mask": ({"cpu": 0.5, "v100": 0.2, "a100": 0.2}, 1e3)}
+    edges = [("x", "a0")]
+    for i in range(6):
+        spec.update({f"{k}{i}": v for k, v in block.items()})
+        edges += [(f"a{i}", f"b{i}"), (f"a{i}", f"c{i}"), (f"b{i}", f"d{i}"), (f"c{i}", f"d{i}"), ("mask", f"b{i}")]
+        if i:
+            edges.append((f"d{i - 1}", f"a{i}"))
+    p = Problem(graph(spec, edges, x={"kind": "input"}), diviml.preset("paper-server"))
+    assert detect(p.graph, 4).constants == {"mask"}
+    assert len(detect(p.graph, 4).modules) == 7  # (x, a0), (mask, b0 .. a1), four repeats (b1 .. a2), (b5 .. d5)
+    plan = diviml.solve(p, "split", time_limit=60, module_size=4, workers=1)
+    # the best state's solve for each of the three exit devices, in every repeat after the first
+    assert plan.stats["module_solves_reused"] >= 3 * 3
+    assert validate(plan, p).ok
+    assert plan.objective == pytest.approx(diviml.solve(p, "exact", time_limit=60).objective, rel=1e-6)
+
+
 def test_a_state_that_another_dominates_is_not_extended_and_the_plan_stays_optimal():
     # a chain ten times slower on the CPU, with tiny tensors: ending a module on the CPU is always worse than
     # ending it on a GPU and sending the tensor over, so after the first module only the GPU states are

@@ -311,7 +311,7 @@ class _Lookahead:
 
     def __init__(self, problem: Problem, chain: Chain, sizes: tuple[int, ...]):
         graph = problem.graph
-        self.graph, self.module_of = graph, chain.module_of
+        self.graph, self.module_of, self.constants = graph, chain.module_of, chain.constants
         self.bottom: dict[JobKey, float] = {}
         for t in reversed(graph.topological_order):
             for l, b in enumerate(sizes):
@@ -398,6 +398,18 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
     cutoff less its tail cannot improve on the state reached, and CP-SAT stops as soon as it proves there
     is no other (a bound in hand). One whose partial alone already reaches that estimate is not solved."""
     jobs = [(t, l) for t in module.tasks for l in range(len(sizes))]
+    # the module's origin: the earliest its first non-constant jobs can start, less the time its constants
+    # (no graph input reaches them) could take, with the sending of their outputs, so that they may still be
+    # ready by then at no loss. Counting when an idle device or a shared constant (an attention mask made
+    # once for every layer) is ready would tie each solve to absolute times: repeated modules would share
+    # no answers
+    graph, platform = problem.graph, problem.platform
+    members = set(module.tasks) - look.constants
+    first = {t for t in members if not any(u in members for u in graph.predecessors[t])}
+    ahead = sum(max(problem.time(t, d, b) for d in problem.allowed_devices[t])
+                + max(platform.transfer_time(graph.by_id[t], d, e, b / graph.batch_size)
+                      for d in problem.allowed_devices[t] for e in platform.by_name)
+                for t in module.tasks if t in look.constants for b in sizes)
     new_states: dict = {}
     lowest: dict = {}  # state -> the least lower bound over the ways into it (the DP on bounds)
     ranked_keys = list(states)  # best estimate first (see the end of this function)
@@ -413,7 +425,7 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
         for key in batch:
             partial = states[key]
             release_abs = _releases(problem, jobs, sizes, partial)
-            origin = min(release_abs.values(), default=0.0)
+            origin = min(v for ((t, _), _), v in release_abs.items() if t in first) - ahead
             release = {k: v - origin for k, v in release_abs.items() if v - origin > 0}
             capacity = dict(partial.memory_left) if memory_binds else None
             # what the partial alone sets its successors' estimates to: its makespan, its open tensors' tails
