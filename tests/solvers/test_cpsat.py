@@ -32,14 +32,3 @@ def test_a_cutoff_at_or_above_the_optimum_keeps_the_optimum(seed):
     jobs, upper, best = _jobs_and_optimum(seed)
     out = solve_jobs(jobs, upper=upper, time_limit=30, workers=1, cutoff=best.objective * 1.0001)
     assert out.status == "optimal" and out.objective == pytest.approx(best.objective)
-
-
-def test_tails_make_the_cutoff_a_deadline_per_job():
-    # a tail on the last job as long as the slack between the optimum and the cutoff leaves no room
-    jobs, upper, best = _jobs_and_optimum(0)
-    last = jobs.jobs[-1]
-    cutoff = best.objective * 1.1
-    ok = solve_jobs(jobs, upper=upper, time_limit=30, workers=1, cutoff=cutoff, tails={last: 0.05 * best.objective})
-    too_late = solve_jobs(jobs, upper=upper, time_limit=30, workers=1, cutoff=cutoff,
-                          tails={last: 0.2 * best.objective})
-    assert ok.status == "optimal" and too_late.status == "infeasible"

@@ -43,8 +43,8 @@ def test_solves_that_cannot_beat_a_state_already_reached_end_at_their_cutoff_and
 
 
 def test_with_multi_channel_cuts_cutoffs_still_give_a_plan_as_good_as_heft_and_validated():
-    # a region without series points is cut into modules with several tensors crossing: the cutoffs there
-    # are deadlines on every job that is read later (its end plus its fastest path after the module)
+    # a region without series points is cut into modules with several tensors crossing: a solve there that
+    # cannot end before the estimate already reached for its exit state ends at its cutoff too
     # (two chains that meet only at the end, one faster on each GPU, tensors worth sending)
     spec = {"x": ({"cpu": 0.0, "v100": 0.0, "a100": 0.0}, 1e7), "out": ({"cpu": 1.0, "v100": 0.2, "a100": 0.2}, 1.0)}
     spec |= {f"p{i}": ({"cpu": 5.0, "v100": 1.0 + i % 2, "a100": 1.5}, 1e7) for i in range(16)}

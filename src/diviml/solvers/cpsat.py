@@ -17,25 +17,23 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Mapping
 
 from ortools.sat.python import cp_model
 
-from .jobs import JobGraph, JobKey
+from .jobs import JobGraph
 from .search import Outcome
 from .symmetry import groups
 
 
 def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0, workers: int | None = None,
                symmetry: str = "tasks", resolution: int = 10_000_000, small: bool = False,
-               cutoff: float | None = None, tails: Mapping[JobKey, float] | None = None, progress=None,
+               cutoff: float | None = None, progress=None,
                hint: tuple[dict, dict] | None = None, on_incumbent=None) -> Outcome:
     """CP-SAT on a job graph; ``upper`` (a known makespan) fixes the time scale; ``hint``: a first schedule
     (device and start per job, e.g. HEFT's from :func:`.search.heft_hint`, respecting ``symmetry``).
 
-    ``cutoff``: only schedules where every job's end plus its tail (0 unless given) is at most the cutoff
-    count; "infeasible" then proves that none exists (times round down, so no schedule meeting the cutoff
-    in real units is cut off).
+    ``cutoff``: only schedules whose makespan is at most the cutoff count; "infeasible" then proves that
+    none exists (times round down, so no schedule meeting the cutoff in real units is cut off).
     Whole graphs gain from linearization level 2 (stronger bounds). ``small`` (MILP-SPLIT's modules of
     10-30 jobs) turns linearization and presolve off: measured 5-14x faster there, optima unchanged."""
     problem = jobs.problem
@@ -86,8 +84,6 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
             m.add(sum(w * lit for w, lit in work) <= makespan)
     if cutoff is not None:
         m.add(makespan <= ticks(cutoff))
-        for j, tail in (tails or {}).items():
-            m.add(end[j] + ticks(tail) <= ticks(cutoff))
     m.minimize(makespan)
 
     if hint is not None:
