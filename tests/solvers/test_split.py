@@ -121,6 +121,27 @@ def test_repeated_modules_share_their_solves_however_early_an_idle_device_or_a_c
     assert plan.objective == pytest.approx(diviml.solve(p, "exact", time_limit=60).objective, rel=1e-6)
 
 
+def test_modules_of_one_structure_but_other_costs_start_from_the_schedule_found_before():
+    # six diamonds, each 5% slower than the one before (a network's blocks at growing widths): no solve can be
+    # reused, but each block's schedule, re-timed, is a better start for the next than HEFT's
+    block = {"a": ({"cpu": 4.0, "v100": 1.0, "a100": 1.5}, 1e6), "b": ({"cpu": 3.0, "v100": 2.0, "a100": 1.0}, 1e6),
+             "c": ({"cpu": 1.0, "v100": 2.5, "a100": 2.0}, 1e6), "d": ({"cpu": 2.0, "v100": 1.0, "a100": 1.0}, 1e6)}
+    spec, edges = {}, []
+    for i in range(6):
+        spec.update({f"{k}{i}": ({d: t * (1 + 0.05 * i) for d, t in times.items()}, out)
+                     for k, (times, out) in block.items()})
+        edges += [(f"a{i}", f"b{i}"), (f"a{i}", f"c{i}"), (f"b{i}", f"d{i}"), (f"c{i}", f"d{i}")]
+        if i:
+            edges.append((f"d{i - 1}", f"a{i}"))
+    p = Problem(graph(spec, edges), diviml.preset("paper-server"))
+    plan = diviml.solve(p, "split", time_limit=60, module_size=4, workers=1)
+    assert plan.stats["module_solves_reused"] == 0
+    assert plan.stats["module_solves_guided"] >= 1
+    assert plan.stats["module_solves_optimal"] == plan.stats["module_solves"]
+    assert validate(plan, p).ok
+    assert plan.objective == pytest.approx(diviml.solve(p, "exact", time_limit=60).objective, rel=1e-6)
+
+
 def test_a_state_that_another_dominates_is_not_extended_and_the_plan_stays_optimal():
     # a chain ten times slower on the CPU, with tiny tensors: ending a module on the CPU is always worse than
     # ending it on a GPU and sending the tensor over, so after the first module only the GPU states are
