@@ -45,26 +45,28 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
 
     m = cp_model.CpModel()
     start, end, x = {}, {}, {}
+    devices = {j: jobs.devices(j) for j in jobs.jobs}
+    duration = {(j, d): ticks(jobs.duration(j, d)) for j in jobs.jobs for d in devices[j]}
     per_device: dict[str, list] = {d.name: [] for d in problem.platform.devices}
     for j in jobs.jobs:
         start[j] = m.new_int_var(0, horizon, "")
         end[j] = m.new_int_var(0, horizon, "")
-        for d in jobs.devices(j):
+        for d in devices[j]:
             lit = m.new_bool_var("")
             x[j, d] = lit
-            per_device[d].append(m.new_optional_interval_var(start[j], ticks(jobs.duration(j, d)), end[j], lit, ""))
+            per_device[d].append(m.new_optional_interval_var(start[j], duration[j, d], end[j], lit, ""))
             if jobs.released(j, d) > 0:
                 m.add(start[j] >= ticks(jobs.released(j, d))).only_enforce_if(lit)
-        m.add_exactly_one(x[j, d] for d in jobs.devices(j))
+        m.add_exactly_one(x[j, d] for d in devices[j])
     for ivs in per_device.values():
         if len(ivs) > 1:
             m.add_no_overlap(ivs)
     for v in jobs.jobs:
         for u in jobs.preds(v):
             m.add(start[v] >= end[u])
-            for c in jobs.devices(v):
+            for c in devices[v]:
                 # the transfer of u's output to device c is linear in u's assignment (0 when u is on c)
-                comm = [(ticks(jobs.transfer(u, a, c)), x[u, a]) for a in jobs.devices(u) if a != c]
+                comm = [(ticks(jobs.transfer(u, a, c)), x[u, a]) for a in devices[u] if a != c]
                 comm = [(w, lit) for w, lit in comm if w > 0]
                 if comm:
                     m.add(start[v] >= end[u] + sum(w * lit for w, lit in comm)).only_enforce_if(x[v, c])
@@ -74,12 +76,12 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     makespan = m.new_int_var(0, horizon, "makespan")
     # redundant but strengthening: every job ends at least its fastest remaining path before the makespan,
     # starts after its fastest path from a source, and each device's work fits below the makespan
-    head, tail = _heads_and_tails(jobs, ticks)
+    head, tail = _heads_and_tails(jobs, ticks, duration)
     for j in jobs.jobs:
         m.add(start[j] >= head[j])
         m.add(makespan >= end[j] + tail[j])
     for d, ivs in per_device.items():
-        work = [(ticks(jobs.duration(j, d)), x[j, d]) for j in jobs.jobs if (j, d) in x]
+        work = [(duration[j, d], x[j, d]) for j in jobs.jobs if (j, d) in x]
         if work:
             m.add(sum(w * lit for w, lit in work) <= makespan)
     if cutoff is not None:
@@ -91,8 +93,8 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
         for j in jobs.jobs:
             s = ticks(hint_start[j])
             m.add_hint(start[j], s)
-            m.add_hint(end[j], s + ticks(jobs.duration(j, hint_dev[j])))
-            for d in jobs.devices(j):
+            m.add_hint(end[j], s + duration[j, hint_dev[j]])
+            for d in devices[j]:
                 m.add_hint(x[j, d], d == hint_dev[j])
 
     solver = cp_model.CpSolver()
@@ -115,9 +117,9 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     return Outcome(device_of, starts, status, bound, solver.objective_value * tick, stats)
 
 
-def _heads_and_tails(jobs: JobGraph, ticks) -> tuple[dict, dict]:
+def _heads_and_tails(jobs: JobGraph, ticks, duration: dict) -> tuple[dict, dict]:
     """Longest paths before / after each job with every job on its fastest device and free transfers."""
-    fastest = {j: min(ticks(jobs.duration(j, d)) for d in jobs.devices(j)) for j in jobs.jobs}
+    fastest = {j: min(duration[j, d] for d in jobs.devices(j)) for j in jobs.jobs}
     head, tail = {}, {}
     for j in jobs.jobs:
         released = min(ticks(jobs.released(j, d)) for d in jobs.devices(j))
