@@ -13,7 +13,8 @@ the same structure (tasks, edges, pins; other costs), re-timed. Repeated blocks 
 densenet's, randwire stages') then start near their optimum (:func:`_guided`; inception_v3 4.9 to 3.6 s).
 
 At a series point the module only sees its one input, so the join is the exact chain DP of the paper:
-O(|K|^2 * modules * T), and with exact module solves the latency plan is optimal. At a multi-channel cut
+O(|K|^2 * modules * T), and with exact module solves the latency plan is optimal; the same DP on the
+solves' bounds bounds the optimum (with constants, on twin solves without them: :func:`_step`). At a multi-channel cut
 the other crossing tensors come from the partial schedule that the state keeps (a Viterbi heuristic); the
 states are ranked by an *estimate* of the whole makespan (open tensors' finish plus the fastest path after
 them), which at a series point orders them as their makespan does. Measured on randwire-ws-s0: ranking by
@@ -403,8 +404,9 @@ def _exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[s
 
 def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, watch: Stopwatch, *,
           memory_binds: bool, module_time_limit: float, seed: int, progress, label: str,
-          slack: tuple[float, ...] | None = None, scale: float = 1.0) -> _JoinResult:
-    """The Viterbi walk over the chain for one batch split (``memory_binds``: track memory budgets).
+          bounds: bool = False, scale: float = 1.0) -> _JoinResult:
+    """The Viterbi walk over the chain for one batch split (``memory_binds``: track memory budgets;
+    ``bounds``: the DP on the module solves' bounds bounds the optimum, see :func:`chain_bounds`).
 
     Each step gets a share of the time left in proportion to its module's size, times ``scale``, spread
     over the solves the pool runs side by side (and never more than the time left)."""
@@ -421,17 +423,16 @@ def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, w
         parallel = min(pool.workers, requests) / requests
         limit = min(module_time_limit, share * scale * parallel, watch.left * parallel)
         before = result.optimal_solves, result.solves
-        # a slack exists only where memory cannot bind, so the repair below never runs with one
-        step_slack = None if slack is None else slack[i]
+        # chain bounds hold only where memory cannot bind, so the repair below never runs with them
         new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result,
-                           step_slack)
+                           bounds)
         if limit < module_time_limit and result.optimal_solves - before[0] < result.solves - before[1]:
             result.share_bound = True
         if not new_states and memory_binds:
             # no state can hold this module: place the rest ignoring memory, and repair at the end
             memory_binds, result.repaired = False, True
             new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result,
-                               step_slack)
+                               bounds)
         if not new_states:
             return result
         states = new_states
@@ -445,7 +446,7 @@ def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, w
 
 
 def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool, limit: float, seed: int,
-          memory_binds: bool, look: _Lookahead, result: _JoinResult, slack: float | None) -> dict:
+          memory_binds: bool, look: _Lookahead, result: _JoinResult, bounds: bool) -> dict:
     """Solve ``module`` after every state for every exit option; the best new partial per exit state that
     no other dominates.
 
@@ -456,8 +457,18 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
     below the cutoff it finds the same optimum, so the cutoffs never change the plan. One whose partial
     alone already reaches that estimate is not solved. (Deadlines on every job read later, its end plus
     its tail, cut off more, 0.8 against 2 s on densenet121, but steered the Viterbi join elsewhere:
-    randwire-ba-s0's plan fell back to HEFT's, 1.3% worse.)"""
+    randwire-ba-s0's plan fell back to HEFT's, 1.3% worse.)
+
+    Where the chain bounds the optimum (``bounds``) and the module holds constants, each solve has a twin
+    without them, for the DP on bounds only: the optimum may run a constant long before its module, so the
+    module's span there is at least the optimum of the module without its constants (their outputs
+    already everywhere), not of the module with them."""
     jobs = [(t, l) for t in module.tasks for l in range(len(sizes))]
+    # the module without its constants, where its bound solves need them
+    unconstant = tuple(t for t in module.tasks if t not in look.constants)
+    if not bounds or all(max(problem.time(t, d) for d in problem.allowed_devices[t]) == 0
+                         for t in module.tasks if t in look.constants):
+        unconstant = None
     first, ahead = _origin_terms(problem, module, sizes, look.constants)
     new_states: dict = {}
     lowest: dict = {}  # state -> the least lower bound over the ways into it (the DP on bounds)
@@ -470,7 +481,7 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
             and all(problem.graph.successors[t] for t in module.tasks if t != module.exit)):
         series_tail = max(tails.values(), default=0.0)
     for batch in (ranked_keys[:1], ranked_keys[1:]):
-        requests, keys, settled = [], [], []
+        requests, keys, settled, twins = [], [], [], []
         for key in batch:
             partial = states[key]
             release_abs = _releases(problem, jobs, sizes, partial)
@@ -483,22 +494,33 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
             for option in _exit_options(problem, module.exit, len(sizes)):
                 reached = new_states[option].estimate if option in new_states else None
                 if reached is not None and fixed >= reached:
-                    settled.append(((key, option, release_abs, origin), _Answer(None, None, "cutoff")))
+                    settled.append(((key, option, release_abs, origin, release), _Answer(None, None, "cutoff")))
                     continue
                 only = _pins(problem, module.tasks, sizes, partial, module.exit, option)
                 # the new partial's estimate is at least its makespan, and at a series exit its makespan
                 # plus the exit's tail: a module schedule that cannot end sooner cannot improve on it
                 cutoff = None if reached is None else reached - origin - (series_tail or 0.0)
                 requests.append(_Request(module.tasks, sizes, release, only, capacity, limit, seed, cutoff))
-                keys.append((key, option, release_abs, origin))
-        answers = pool.map(requests)
-        result.solves += len(answers) + len(settled)
-        for (key, option, release_abs, origin), answer in list(zip(keys, answers)) + settled:
+                keys.append((key, option, release_abs, origin, release))
+                if unconstant is not None:
+                    twins.append(_Request(unconstant, sizes,
+                                          {k: v for k, v in release.items() if k[0][0] not in look.constants},
+                                          {j: v for j, v in only.items() if j[0] not in look.constants},
+                                          None, limit, seed))
+        answers = pool.map(requests + twins)
+        answers, twin_answers = answers[:len(requests)], answers[len(requests):]
+        # the DP on bounds reads each twin's bound where there are twins, the solve's own otherwise
+        bounds_of = [a.bound for a in (twin_answers or answers)] + [
+            _critical_path(problem, unconstant or module.tasks, sizes, release) for (_, _, _, _, release), _ in settled]
+        result.solves += len(answers) + len(settled) + len(twins)
+        result.optimal_solves += sum(a.status == "optimal" for a in twin_answers)
+        for ((key, option, release_abs, origin, _), answer), bound in zip(list(zip(keys, answers)) + settled,
+                                                                      bounds_of):
             result.optimal_solves += answer.status in ("optimal", "cutoff")
             result.heft_solves += answer.status == "heft"
             result.cut_off += answer.status == "cutoff"
             result.guided += answer.guided
-            lower = states[key].lower + (origin - states[key].makespan) + answer.bound
+            lower = states[key].lower + (origin - states[key].makespan) + bound
             if answer.device_of is None:
                 if option in lowest and answer.status != "infeasible":  # its cutoff's bound (or none) counts
                     lowest[option] = min(lower, lowest[option])
@@ -513,12 +535,28 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
     ranked = sorted(new_states.items(), key=lambda kv: kv[1].estimate)
     kept: list = []
     for state, p in ranked:
-        if not any(_dominates(problem, sizes, q, p, slack, memory_binds) for _, q in kept):
+        if not any(_dominates(problem, sizes, q, p, bounds, memory_binds) for _, q in kept):
             kept.append((state, p))
     result.dominated += len(ranked) - len(kept)
     # one state per exit device is the exact DP for one copy; with several copies keep the best few
     beam = len(problem.platform.devices) + 1
     return dict(kept[:beam])
+
+
+def _critical_path(problem: Problem, tasks, sizes, release: dict) -> float:
+    """A lower bound on a module's end after its origin: the longest path through ``tasks`` from their
+    releases, each job on its fastest device, transfers free (for a solve skipped, the DP on bounds)."""
+    members = set(tasks)
+    ready: dict = {}
+    end = 0.0
+    for t in tasks:
+        for l, b in enumerate(sizes):
+            devices = problem.allowed_devices[t]
+            start = max([min(release.get(((t, l), d), 0.0) for d in devices)]
+                        + [ready[u, l] for u in problem.graph.predecessors[t] if u in members])
+            ready[t, l] = start + min(problem.time(t, d, b) for d in devices)
+            end = max(end, ready[t, l])
+    return end
 
 
 def _origin_terms(problem: Problem, module, sizes, constants: frozenset) -> tuple[frozenset, float]:
@@ -539,17 +577,16 @@ def _origin_terms(problem: Problem, module, sizes, constants: frozenset) -> tupl
     return first, ahead
 
 
-def _dominates(problem: Problem, sizes, q: _Partial, p: _Partial, slack: float | None,
-               memory_binds: bool) -> bool:
+def _dominates(problem: Problem, sizes, q: _Partial, p: _Partial, bounds: bool, memory_binds: bool) -> bool:
     """Whether every continuation of partial ``p`` can follow ``q`` unchanged and end no later, so that ``p``
     need not be extended (the next module is then solved for fewer states).
 
     A continuation appends jobs after each device's last one and reads the open tensors: it fits after ``q``
     when each device is free no later there, each open tensor reaches every device no later and (when memory
-    binds) each device has no less memory left. Where the DP on bounds is a bound (``slack`` is not None,
-    see :func:`bound_slack`) the only open tensor is the series point's, every device is free once it is
-    computed, and ``p``'s finish is replaced by ``p.lower - slack`` (the earliest any plan into ``p``'s state
-    computes it, constants left out), so that the DP on the states kept stays a bound."""
+    binds) each device has no less memory left. Where the DP on bounds is a bound (``bounds``, see
+    :func:`chain_bounds`) the only open tensor is the series point's, every device is free once it is
+    computed, and ``p``'s finish is replaced by ``p.lower`` (the earliest any plan into ``p``'s state
+    computes it), so that the DP on the states kept stays a bound."""
     if problem.colocation_groups or p.open != q.open:
         return False
     graph, platform = problem.graph, problem.platform
@@ -559,10 +596,10 @@ def _dominates(problem: Problem, sizes, q: _Partial, p: _Partial, slack: float |
         return finish + platform.transfer_time(graph.by_id[job[0]], partial.device_of[job], device,
                                                sizes[job[1]] / graph.batch_size)
 
-    if slack is not None and len(p.open) == 1:
+    if bounds and len(p.open) == 1:
         (job,) = p.open
-        return all(arrival(q, job, e, q.finish[job]) <= arrival(p, job, e, p.lower - slack) for e in devices)
-    if slack is not None:
+        return all(arrival(q, job, e, q.finish[job]) <= arrival(p, job, e, p.lower) for e in devices)
+    if bounds:
         return False
     if any(q.free.get(e, 0.0) > p.free.get(e, 0.0) for e in devices):
         return False
@@ -571,7 +608,7 @@ def _dominates(problem: Problem, sizes, q: _Partial, p: _Partial, slack: float |
     return all(arrival(q, j, e, q.finish[j]) <= arrival(p, j, e, p.finish[j]) for j in p.open for e in devices)
 
 
-def _plan_of(problem: Problem, sizes, res: _JoinResult, slack: float | None, watch: Stopwatch,
+def _plan_of(problem: Problem, sizes, res: _JoinResult, bounds: bool, watch: Stopwatch,
              notes: list) -> Plan | None:
     """The join's plan (memory repaired where it had to be), or None with a note saying why there is none."""
     if res.partial is None:
@@ -584,7 +621,7 @@ def _plan_of(problem: Problem, sizes, res: _JoinResult, slack: float | None, wat
         except InfeasibleError:
             notes.append(f"the plan for {len(sizes)} sub-batch(es) overflowed memory beyond repair")
             return None
-    bound = res.lower - slack if slack is not None and not res.repaired else None
+    bound = res.lower if bounds and not res.repaired else None
     return heft.plan_from_jobs(JobGraph(problem, sizes), device_of, res.partial.start, solver=NAME,
                                status="feasible", watch=watch, bound=bound)
 
@@ -635,39 +672,23 @@ def check_options(*, module_size: int = 20, module_time_limit: float = 0.5, **_)
 
 
 def separable(problem: Problem, chain: Chain) -> bool:
-    """Whether the latency optimum is the chain DP of the modules' optima: every cut a series point, no
-    constants that could run early, no memory limit that can bind and no co-location coupling modules."""
-    slack = bound_slack(problem, chain)
-    return slack is not None and slack[-1] == 0.0
+    """Whether the latency optimum is the chain DP of the modules' optima: the chain bounds the optimum
+    (:func:`chain_bounds`) and no constant takes time (one that does may run earlier in the optimum than in
+    its consumers' module)."""
+    return chain_bounds(problem, chain) and all(
+        max(problem.time(c, d) for d in problem.allowed_devices[c]) == 0 for c in chain.constants)
 
 
-def bound_slack(problem: Problem, chain: Chain) -> tuple[float, ...] | None:
-    """How far the DP on the module solves' bounds may exceed the optimum, summed up to each module; None
-    where it bounds nothing (not latency, a multi-channel cut, a memory limit that can bind, co-location).
-
-    Zero on a separable chain. A constant (a task no graph input reaches, e.g. a weight transpose) runs in
-    its consumers' module in the join, where the optimum may run it earlier: leaving it out of a module
-    shortens the module's optimum by at most its run just before its consumer, on the consumer's device
-    (plus the slowest send of its output when it has several consumers or cannot run there). So with every
-    constant's consumers in its own module, the DP less those amounts bounds the optimum."""
+def chain_bounds(problem: Problem, chain: Chain) -> bool:
+    """Whether the DP on the module solves' bounds bounds the optimum: the latency objective, every cut a
+    series point, no memory limit that can bind, no co-location coupling modules, and every constant (a
+    task no graph input reaches, e.g. a weight transpose) in its consumers' module, where the bound solves
+    leave it out (:func:`_step`)."""
     if (problem.objective.kind != "latency" or chain.multi_channel_cuts or problem.colocation_groups
             or JobGraph.whole(problem).memory_limits()):
-        return None
-    graph, platform = problem.graph, problem.platform
+        return False
     module_of = chain.module_of
-    per_module = [0.0] * len(chain.modules)
-    for c in chain.constants:
-        consumers = graph.successors[c]
-        if any(module_of[v] != module_of[c] for v in consumers):
-            return None
-        devices = problem.allowed_devices[c]
-        if len(consumers) == 1 and set(problem.allowed_devices[consumers[0]]) <= set(devices):
-            per_module[module_of[c]] += max(problem.time(c, d) for d in problem.allowed_devices[consumers[0]])
-        else:
-            send = max((platform.transfer_time(graph.by_id[c], a, b) for a in devices for b in platform.by_name),
-                       default=0.0)
-            per_module[module_of[c]] += max(problem.time(c, d) for d in devices) + send
-    return tuple(accumulate(per_module))
+    return all(module_of[v] == module_of[c] for c in chain.constants for v in problem.graph.successors[c])
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
@@ -694,9 +715,9 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
                  f"series points, {chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} "
                  f"tensors), {workers} worker(s)")
     memory_binds = bool(JobGraph.whole(problem).memory_limits())
-    # with series cuts only, the DP run on the module solves' bounds (less the constants' slack) bounds the optimum
-    slack = bound_slack(problem, chain)
-    exact_chain = slack is not None and slack[-1] == 0.0
+    # with series cuts only, the DP run on the module solves' bounds (constants left out) bounds the optimum
+    bounds = chain_bounds(problem, chain)
+    exact_chain = separable(problem, chain)
     chain_bound, proven = None, False
     pool = _Pool(problem, workers)
     best, stats, notes = baseline, {}, []
@@ -708,7 +729,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
             while True:
                 res = _join(problem, chain, sizes, pool, share, memory_binds=memory_binds,
                             module_time_limit=module_time_limit, seed=seed, progress=progress, scale=scale,
-                            slack=slack,
+                            bounds=bounds,
                             label=label + (f" [{len(sizes)} sub-batches]" if len(splits) > 1 else ""))
                 passes += 1
                 solves, optimal = solves + res.solves, optimal + res.optimal_solves
@@ -716,9 +737,9 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
                 dominated += res.dominated
                 cut_off += res.cut_off
                 guided += res.guided
-                plan = _plan_of(problem, sizes, res, None if slack is None else slack[-1], watch, notes)
-                if plan is not None and slack is not None:
-                    chain_bound = max(chain_bound or 0.0, res.lower - slack[-1])
+                plan = _plan_of(problem, sizes, res, bounds, watch, notes)
+                if plan is not None and bounds:
+                    chain_bound = max(chain_bound or 0.0, res.lower)
                     proven = proven or (exact_chain and res.optimal_solves == res.solves)
                 if plan is not None and (best is None or plan.objective < best.objective):
                     best = plan
@@ -731,7 +752,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
                                      f"({'/'.join(map(str, sizes))} samples)")
                 # a chain of series cuts with unfinished module solves is walked again with 4x their time
                 # (a tighter bound, maybe a better plan); proven answers are reused, so the time goes to the rest
-                if (proven or plan is None or slack is None or not res.share_bound
+                if (proven or plan is None or not bounds or not res.share_bound
                         or share.left < 0.05 * share.limit):
                     break
                 scale *= 4
@@ -744,9 +765,9 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
         notes.append(f"kept the baseline plan ({best.solver}): the join found nothing better")
     if chain_bound is not None:
         stats["chain_bound"] = chain_bound
-        saved = f", less {slack[-1]:.3g} s that constants could save by running earlier" if slack[-1] else ""
+        freed = " (solved again without their constants, which may run earlier)" if not exact_chain else ""
         notes.append("every cut is a series point: the bound is the join's dynamic program on the module bounds"
-                     + saved)
+                     + freed)
     bound = max(best.bound, min(chain_bound or 0.0, best.objective))
     walks = f" in {passes} passes" if passes > len(splits) else ""
     notes.insert(0, f"{len(chain.modules)} modules ({len(chain.series_points)} series points, "
@@ -765,6 +786,6 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     # as for exact: "optimal" when the integer models are proven optimal (here every module's, on a chain)
     unfinished = heft_only or optimal < solves
     status = "optimal" if (proven and best.solver == NAME) or best.objective <= bound * (1 + 1e-9) else (
-        "timeout" if (slack is not None and unfinished) or heft_only or watch.expired else "feasible")
+        "timeout" if (bounds and unfinished) or heft_only or watch.expired else "feasible")
     return replace(best, solver=NAME, status=status, bound=bound, solve_time_s=watch.elapsed, notes=tuple(notes),
                    stats={**best.stats, **stats})
