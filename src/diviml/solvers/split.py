@@ -181,7 +181,7 @@ class _Pool:
     Requests are keyed by their *shape* (:func:`_shape`): tasks named by position, with their costs and
     edges. Modules that repeat (a transformer's layers, a ResNet stage's blocks) then share their solves:
     within one batch of requests an identical request is solved once, and a proven answer is reused
-    whenever it comes up again. Requests are also keyed by their *structure* (:meth:`_structure`): each
+    whenever it comes up again. Requests are also keyed by their *structure* (:func:`_structure`): each
     solve is guided by the latest schedule found for its structure."""
 
     def __init__(self, problem: Problem, workers: int):
@@ -213,7 +213,7 @@ class _Pool:
             if k in todo and todo[k].cutoff is not None:
                 todo[k] = replace(todo[k], cutoff=None if r.cutoff is None else max(r.cutoff, todo[k].cutoff))
             todo.setdefault(k, r)
-        structures = {k: self._structure(r) for k, r in todo.items()}
+        structures = {k: _structure(k) for k in todo}
         todo = {k: replace(r, guide=self.guides.get(structures[k])) for k, r in todo.items()}
         if self.executor is None or len(todo) <= 1:
             answers = map(_solve_module, todo.values())
@@ -250,14 +250,6 @@ class _Pool:
         only = tuple(sorted(((index[t], l), devices) for (t, l), devices in request.only.items()))
         return shape, request.sizes, release, only, capacity
 
-    def _structure(self, request: _Request) -> tuple:
-        """What a schedule of a module needs to fit another one's: the same tasks by position (devices
-        allowed, co-location, producers inside), sub-batches and pins; costs and releases may differ."""
-        shape = self._key(request)[0]
-        index = {t: i for i, t in enumerate(request.tasks)}
-        only = tuple(sorted(((index[t], l), devices) for (t, l), devices in request.only.items()))
-        return tuple((tuple(d for d, _ in row[0]), row[4], row[5]) for row in shape), request.sizes, only
-
     def close(self) -> None:
         if self.executor is not None:
             self.executor.shutdown(cancel_futures=True)
@@ -277,6 +269,18 @@ def _shape(problem: Problem, tasks: tuple[str, ...], sizes: tuple[int, ...]) -> 
                      task.colocation if task.colocation in groups else None,
                      tuple(index[u] for u in graph.predecessors[t] if u in index)))
     return tuple(rows)
+
+
+def _structure(key: tuple) -> tuple:
+    """From a request's key (:meth:`_Pool._key`), what a schedule of a module needs to fit another one's:
+    the same tasks by position (devices allowed, co-location, producers inside), sub-batches and pins;
+    costs, releases and memory left may differ."""
+    shape, sizes, _, only, _ = key
+    return tuple((tuple(d for d, _ in row[0]), row[4], row[5]) for row in shape), sizes, only
+
+
+def _takes_time(problem: Problem, task: str) -> bool:
+    return any(problem.time(task, d) > 0 for d in problem.allowed_devices[task])
 
 
 def _by_position(answer: _Answer, tasks: tuple[str, ...]) -> _Answer:
@@ -466,8 +470,7 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
     jobs = [(t, l) for t in module.tasks for l in range(len(sizes))]
     # the module without its constants, where its bound solves need them
     unconstant = tuple(t for t in module.tasks if t not in look.constants)
-    if not bounds or all(max(problem.time(t, d) for d in problem.allowed_devices[t]) == 0
-                         for t in module.tasks if t in look.constants):
+    if not bounds or not any(_takes_time(problem, t) for t in module.tasks if t in look.constants):
         unconstant = None
     first, ahead = _origin_terms(problem, module, sizes, look.constants)
     new_states: dict = {}
@@ -675,8 +678,7 @@ def separable(problem: Problem, chain: Chain) -> bool:
     """Whether the latency optimum is the chain DP of the modules' optima: the chain bounds the optimum
     (:func:`chain_bounds`) and no constant takes time (one that does may run earlier in the optimum than in
     its consumers' module)."""
-    return chain_bounds(problem, chain) and all(
-        max(problem.time(c, d) for d in problem.allowed_devices[c]) == 0 for c in chain.constants)
+    return chain_bounds(problem, chain) and not any(_takes_time(problem, c) for c in chain.constants)
 
 
 def chain_bounds(problem: Problem, chain: Chain) -> bool:
