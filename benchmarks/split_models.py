@@ -83,7 +83,7 @@ def run(name: str, objective: str, exact_limit: float, split_limit: float, progr
 
 def table(rows: list[dict], exact_limit: float) -> str:
     head = ("| model | objective | tasks | modules (widest cut) | split (s) | exact (s) | exact status | "
-            f"exact to split's value (s) | speed-up | split vs exact | split vs HEFT | split vs partitioner | "
+            "exact to split's value (s) | speed-up | split vs exact | split vs HEFT | split vs partitioner | "
             "split gap | exact gap | HEFT gap |\n" + "|---" * 15 + "|\n")
     lines = []
     for r in rows:

@@ -16,9 +16,9 @@ from .errors import DivimlError, InputError
 from .graph import write_text_atomic
 from .frontends import neurips2020
 from .frontends.pytorch import MIN_TIMING_S
-from .io import load_input, load_problem
+from .io import load_problem
 from .plan import Plan
-from .platform import Platform, preset, preset_names
+from .platform import preset, preset_names
 from .problem import OBJECTIVES, Objective, Problem
 from .reports import gantt
 from .simulate import pipeline_loads

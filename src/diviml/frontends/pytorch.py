@@ -400,7 +400,7 @@ def measured_device_type(device: str | None) -> str | None:
         raise InputError(f"cannot measure on {device!r}: use cpu, cuda, cuda:N, or none for analytic costs")
     torch = _torch()
     if not torch.cuda.is_available():
-        raise InputError(f"no CUDA device here (torch.cuda.is_available() is False): measure on cpu, or use none "
+        raise InputError("no CUDA device here (torch.cuda.is_available() is False): measure on cpu, or use none "
                          "for analytic costs")
     index = torch.device(device).index or 0
     if index >= torch.cuda.device_count():

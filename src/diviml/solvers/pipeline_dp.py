@@ -186,7 +186,6 @@ def _upper_bound(problem: Problem, watch: Stopwatch) -> float:
     from dataclasses import replace
 
     from . import greedy
-    from ..problem import Objective
     contiguous = replace(problem, objective=replace(problem.objective, contiguous=True))
     best = greedy.best_fill(contiguous, Stopwatch(max(1.0, watch.left / 10)))
     return math.inf if best is None else best[0] * (1 + 1e-9)
