@@ -228,3 +228,9 @@ def lower_bound(problem: Problem) -> float:
     if "lower_bound" not in memo:
         memo["lower_bound"] = max(critical_path_bound(problem), work_bound(problem), path_work_bound(problem))
     return memo["lower_bound"]
+
+
+def share_lower_bound(problem: Problem, value: float) -> None:
+    """Record :func:`lower_bound` of ``problem`` computed elsewhere (in another process, on a copy of it), so
+    that it is not computed again here."""
+    problem.__dict__.setdefault("lower_bound", value)

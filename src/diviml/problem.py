@@ -86,7 +86,29 @@ class Problem:
         return {k: tuple(v) for k, v in groups.items() if len(v) > 1}
 
     def time(self, task_id: str, device: str, batch: int | None = None) -> float:
-        return self.graph.time_at(task_id, self.platform.by_name[device].type, batch)
+        key = (task_id, device, batch)
+        value = self._times.get(key)
+        if value is None:
+            value = self._times[key] = self.graph.time_at(task_id, self.platform.by_name[device].type, batch)
+        return value
+
+    def transfer(self, task_id: str, src: str, dst: str, scale: float = 1.0) -> float:
+        """Time for ``scale`` x the output of ``task_id`` to go from device ``src`` to ``dst``."""
+        key = (task_id, src, dst, scale)
+        value = self._transfers.get(key)
+        if value is None:
+            value = self._transfers[key] = self.platform.transfer_time(self.graph.by_id[task_id], src, dst, scale)
+        return value
+
+    # memos of time() and transfer(): the solvers ask for the same few values hundreds of thousands of times
+    # (MILP-SPLIT's module models, HEFT, the simulator), each a table lookup with interpolation or link sums
+    @cached_property
+    def _times(self) -> dict:
+        return {}
+
+    @cached_property
+    def _transfers(self) -> dict:
+        return {}
 
     def _check_memory_and_colocation(self) -> None:
         for t in self.graph.tasks:

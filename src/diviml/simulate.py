@@ -55,16 +55,15 @@ def _offsets(parts: Sequence[tuple[str, int]]) -> list[int]:
 def _ready_time(problem: Problem, task: str, device: str, lo: int, hi: int, parts: Parts,
                 finish: Mapping[tuple[str, int], float]) -> float:
     """When rows [lo, hi) of every input of ``task`` are on ``device``."""
-    graph, platform = problem.graph, problem.platform
+    graph = problem.graph
     ready = 0.0
     for u in graph.predecessors[task]:
-        ut = graph.by_id[u]
         for k, ((dev, b), off) in enumerate(zip(parts[u], _offsets(parts[u]))):
             overlap = min(hi, off + b) - max(lo, off)
             if overlap <= 0:
                 continue
             scale = overlap / graph.batch_size
-            ready = max(ready, finish[(u, k)] + platform.transfer_time(ut, dev, device, scale))
+            ready = max(ready, finish[(u, k)] + problem.transfer(u, dev, device, scale))
     return ready
 
 

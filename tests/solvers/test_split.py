@@ -228,11 +228,15 @@ def test_the_time_limit_is_honoured_and_a_plan_still_comes_back():
     assert validate(plan, p).ok
 
 
-def test_one_worker_and_a_process_pool_give_the_same_plan():
+@pytest.mark.parametrize("module_size", [10, 4])  # series cuts only (the chain's bound), multi-channel cuts
+def test_one_worker_and_a_process_pool_give_the_same_plan_bound_and_baseline(module_size):
+    # with a pool, the baseline plan and the problem's lower bound come from a process of their own
     p = Problem(layered_dag(50, seed=9), diviml.preset("paper-server"))
-    a = diviml.solve(p, "split", time_limit=60, module_size=10, workers=1)
-    b = diviml.solve(p, "split", time_limit=60, module_size=10, workers=2)
+    a = diviml.solve(p, "split", time_limit=60, module_size=module_size, workers=1)
+    b = diviml.solve(Problem(p.graph, p.platform), "split", time_limit=60, module_size=module_size, workers=2)
     assert a.objective == pytest.approx(b.objective, rel=1e-9)
+    assert a.bound == pytest.approx(b.bound, rel=1e-9)
+    assert a.stats["baseline_objective"] == pytest.approx(b.stats["baseline_objective"], rel=1e-9)
 
 
 def test_the_repair_moves_tasks_off_an_overfull_device_to_one_with_room():

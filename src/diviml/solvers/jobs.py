@@ -76,8 +76,7 @@ class JobGraph:
         return self.problem.time(job[0], device, self.sizes[job[1]])
 
     def transfer(self, job: JobKey, src: str, dst: str) -> float:
-        graph = self.problem.graph
-        return self.problem.platform.transfer_time(graph.by_id[job[0]], src, dst, self.sizes[job[1]] / graph.batch_size)
+        return self.problem.transfer(job[0], src, dst, self.sizes[job[1]] / self.problem.graph.batch_size)
 
     def memory_limits(self) -> list[tuple[str, float, list[tuple[str, float]]]]:
         """(device, capacity, [(task, bytes)]) for devices whose memory could bind: the tasks with resident

@@ -36,10 +36,10 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-from itertools import accumulate
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from ..bounds import lower_bound, share_lower_bound
 from ..errors import InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
@@ -103,6 +103,45 @@ _PROBLEM: Problem | None = None  # the problem a pool worker solves modules of
 def _init_worker(problem: Problem) -> None:
     global _PROBLEM
     _PROBLEM = problem
+
+
+def _baselines(time_limit: float) -> tuple[Plan | None, float]:
+    """The baseline plan (:func:`.search.baseline_plan`) and the problem's lower bound, in a pool worker."""
+    return baseline_plan(_PROBLEM, Stopwatch(time_limit)), lower_bound(_PROBLEM)
+
+
+class _Baseline:
+    """The baseline plan and the problem's lower bound, computed in a process of their own while the join
+    runs (with more than one worker). On gpt2-small they take 0.8 s of a 2 s solve (the LP bound 0.5 s),
+    and the join leaves part of the cores idle: the main process between steps, steps with fewer solves
+    than workers."""
+
+    def __init__(self, problem: Problem, watch: Stopwatch, workers: int):
+        self.problem, self.executor = problem, None
+        if workers > 1:
+            self.executor = ProcessPoolExecutor(1, mp_context=_context(), initializer=_init_worker,
+                                                initargs=(problem,))
+            self.future = self.executor.submit(_baselines, watch.left)
+        else:
+            self.plan = baseline_plan(problem, watch)
+
+    def result(self) -> Plan | None:
+        """The baseline plan, once it is there; the problem's lower bound is then known here too."""
+        if self.executor is not None:
+            self.plan, bound = self.future.result()
+            share_lower_bound(self.problem, bound)
+            self.close()
+        return self.plan
+
+    def close(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(cancel_futures=True)
+            self.executor = None
+
+
+def _context():
+    """Fork where the platform allows (workers start in milliseconds and inherit the problem)."""
+    return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
 
 
 def _solve_module(request: _Request) -> _Answer:
@@ -190,9 +229,7 @@ class _Pool:
         self.workers = max(workers, 1)
         self.executor = None
         if workers > 1:
-            methods = multiprocessing.get_all_start_methods()
-            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            self.executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+            self.executor = ProcessPoolExecutor(workers, mp_context=_context(), initializer=_init_worker,
                                                 initargs=(problem,))
         self.shapes: dict = {}  # (tasks, sizes) -> shape
         self.proven: dict = {}  # request key -> the module's optimum (tasks by position), reused by later requests
@@ -302,7 +339,7 @@ def _by_task(answer: _Answer, tasks: tuple[str, ...]) -> _Answer:
 
 def _releases(problem: Problem, jobs: list[JobKey], sizes, partial: _Partial) -> dict:
     """Absolute earliest start of each (job, device): outside inputs arrived, device free."""
-    graph, platform = problem.graph, problem.platform
+    graph = problem.graph
     members = {t for t, _ in jobs}
     out = {}
     for j in jobs:
@@ -311,8 +348,8 @@ def _releases(problem: Problem, jobs: list[JobKey], sizes, partial: _Partial) ->
         for d in problem.allowed_devices[t]:
             ready = partial.free.get(d, 0.0)
             for u in outside:
-                ready = max(ready, partial.finish[u] + platform.transfer_time(
-                    graph.by_id[u[0]], partial.device_of[u], d, sizes[l] / graph.batch_size))
+                ready = max(ready, partial.finish[u] + problem.transfer(
+                    u[0], partial.device_of[u], d, sizes[l] / graph.batch_size))
             out[j, d] = ready
     return out
 
@@ -340,7 +377,7 @@ def _pins(problem: Problem, module_tasks, sizes, partial: _Partial, exit_task: s
 def _advance(problem: Problem, partial: _Partial, jobs: list[JobKey], sizes, release_abs: dict,
              answer: _Answer, memory_binds: bool, look: "_Lookahead", index: int) -> _Partial:
     """The partial schedule extended by a module's answer, re-timed as early as possible in real units."""
-    graph, platform = problem.graph, problem.platform
+    graph = problem.graph
     position = {j: i for i, j in enumerate(jobs)}
     new = _Partial(dict(partial.device_of), dict(partial.start), dict(partial.finish), dict(partial.free),
                    dict(partial.memory_left), partial.resident, partial.makespan)
@@ -351,8 +388,8 @@ def _advance(problem: Problem, partial: _Partial, jobs: list[JobKey], sizes, rel
         s = max(release_abs[j, d], new.free.get(d, 0.0))
         for u in graph.predecessors[j[0]]:
             if (u, j[1]) in members:
-                s = max(s, new.finish[(u, j[1])] + platform.transfer_time(
-                    graph.by_id[u], new.device_of[(u, j[1])], d, sizes[j[1]] / graph.batch_size))
+                s = max(s, new.finish[(u, j[1])] + problem.transfer(
+                    u, new.device_of[(u, j[1])], d, sizes[j[1]] / graph.batch_size))
         f = s + problem.time(j[0], d, sizes[j[1]])
         new.device_of[j], new.start[j], new.finish[j] = d, s, f
         new.free[d] = f
@@ -596,8 +633,7 @@ def _dominates(problem: Problem, sizes, q: _Partial, p: _Partial, bounds: bool, 
     devices = [d.name for d in platform.devices]
 
     def arrival(partial: _Partial, job, device: str, finish: float) -> float:
-        return finish + platform.transfer_time(graph.by_id[job[0]], partial.device_of[job], device,
-                                               sizes[job[1]] / graph.batch_size)
+        return finish + problem.transfer(job[0], partial.device_of[job], device, sizes[job[1]] / graph.batch_size)
 
     if bounds and len(p.open) == 1:
         (job,) = p.open
@@ -709,9 +745,9 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     """Solve each module of ``chain`` for every (state, exit) pair and join them; the best plan of the join
     and the baselines, proven optimal when the chain is :func:`separable` and every module solve is."""
     watch = Stopwatch(time_limit)
-    baseline = baseline_plan(problem, watch)
-    splits = promising_splits(problem)
     workers = workers or max(os.cpu_count() or 1, 1)
+    background = _Baseline(problem, watch, workers)
+    splits = promising_splits(problem)
     if progress:
         progress(f"{label}: {len(chain.modules)} modules ({size_note}{len(chain.series_points)} "
                  f"series points, {chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} "
@@ -722,7 +758,8 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     exact_chain = separable(problem, chain)
     chain_bound, proven = None, False
     pool = _Pool(problem, workers)
-    best, stats, notes = baseline, {}, []
+    baseline = best = None
+    stats, notes = {}, []
     solves = optimal = heft_only = passes = dominated = cut_off = guided = 0
     try:
         for i, sizes in enumerate(splits):
@@ -739,6 +776,8 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
                 dominated += res.dominated
                 cut_off += res.cut_off
                 guided += res.guided
+                if passes == 1:  # the baseline is due: the join's plan is compared with it and needs its bound
+                    baseline = best = background.result()
                 plan = _plan_of(problem, sizes, res, bounds, watch, notes)
                 if plan is not None and bounds:
                     chain_bound = max(chain_bound or 0.0, res.lower)
@@ -760,6 +799,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
                 scale *= 4
     finally:
         pool.close()
+        background.close()
     if best is None:
         raise InfeasibleError(f"{label} found no plan within the memory limits and no baseline fits: raise the "
                               "memory limit or the module size")
