@@ -110,6 +110,22 @@ class JobGraph:
         """The simulator's parts (task -> [(device, samples)] in sample order)."""
         return {t: [(device_of[(t, l)], b) for l, b in enumerate(self.sizes)] for t in self.task_ids}
 
+    def retime(self, device_of: Mapping[JobKey, str], order_key: Mapping[JobKey, float]) -> tuple[dict, dict]:
+        """Start and finish of every job on its device in ``device_of``, each device running its jobs in the
+        order of ``order_key`` (ties: topological position) as early as possible: after the job's release
+        there, the device's previous job and its producers' outputs (sent where they must be)."""
+        position = {j: i for i, j in enumerate(self.jobs)}
+        start: dict = {}
+        finish: dict = {}
+        free: dict = {}
+        for j in sorted(self.jobs, key=lambda j: (order_key[j], position[j])):
+            d = device_of[j]
+            s = max([self.released(j, d), free.get(d, 0.0)]
+                    + [finish[u] + self.transfer(u, device_of[u], d) for u in self.preds(j)])
+            start[j], finish[j] = s, s + self.duration(j, d)
+            free[d] = finish[j]
+        return start, finish
+
     def order(self, device_of: dict[JobKey, str], start: dict[JobKey, float]) -> dict[str, list[tuple[str, int]]]:
         """Device -> [(task, part index)] by start time (ties: topological position)."""
         position = {j: i for i, j in enumerate(self.jobs)}

@@ -200,17 +200,7 @@ def _guided(jobs: JobGraph, guide: tuple[dict, dict] | None) -> tuple[dict, dict
     for device, capacity, resident in jobs.memory_limits():
         if sum(b for t, b in resident if any(device_of[(t, l)] == device for l in range(len(jobs.sizes)))) > capacity:
             return None
-    position = {j: i for i, j in enumerate(jobs.jobs)}
-    key = {(tasks[i], l): v for (i, l), v in guide[1].items()}
-    start: dict = {}
-    finish: dict = {}
-    free: dict = {}
-    for j in sorted(jobs.jobs, key=lambda j: (key[j], position[j])):
-        d = device_of[j]
-        s = max([jobs.released(j, d), free.get(d, 0.0)]
-                + [finish[u] + jobs.transfer(u, device_of[u], d) for u in jobs.preds(j)])
-        start[j], finish[j] = s, s + jobs.duration(j, d)
-        free[d] = finish[j]
+    start, finish = jobs.retime(device_of, {(tasks[i], l): v for (i, l), v in guide[1].items()})
     return device_of, start, max(finish.values(), default=0.0)
 
 
@@ -374,31 +364,24 @@ def _pins(problem: Problem, module_tasks, sizes, partial: _Partial, exit_task: s
     return only
 
 
-def _advance(problem: Problem, partial: _Partial, jobs: list[JobKey], sizes, release_abs: dict,
+def _advance(problem: Problem, partial: _Partial, tasks: tuple[str, ...], sizes, release_abs: dict,
              answer: _Answer, memory_binds: bool, look: "_Lookahead", index: int) -> _Partial:
-    """The partial schedule extended by a module's answer, re-timed as early as possible in real units."""
+    """The partial schedule extended by a module's answer, re-timed as early as possible in real units
+    (``release_abs``: each job's earliest start on each device, after the partial's work there)."""
     graph = problem.graph
-    position = {j: i for i, j in enumerate(jobs)}
-    new = _Partial(dict(partial.device_of), dict(partial.start), dict(partial.finish), dict(partial.free),
-                   dict(partial.memory_left), partial.resident, partial.makespan)
-    members = set(jobs)
+    module = JobGraph(problem, sizes, tasks, release_abs)
+    start, finish = module.retime(answer.device_of, answer.order_key)
+    new = _Partial({**partial.device_of, **answer.device_of}, {**partial.start, **start},
+                   {**partial.finish, **finish}, dict(partial.free), dict(partial.memory_left), partial.resident,
+                   max([partial.makespan, *finish.values()]))
     resident = set(partial.resident)
-    for j in sorted(jobs, key=lambda j: (answer.order_key[j], position[j])):
-        d = answer.device_of[j]
-        s = max(release_abs[j, d], new.free.get(d, 0.0))
-        for u in graph.predecessors[j[0]]:
-            if (u, j[1]) in members:
-                s = max(s, new.finish[(u, j[1])] + problem.transfer(
-                    u, new.device_of[(u, j[1])], d, sizes[j[1]] / graph.batch_size))
-        f = s + problem.time(j[0], d, sizes[j[1]])
-        new.device_of[j], new.start[j], new.finish[j] = d, s, f
-        new.free[d] = f
-        new.makespan = max(new.makespan, f)
+    for j, d in answer.device_of.items():
+        new.free[d] = max(new.free.get(d, 0.0), finish[j])
         if memory_binds and (j[0], d) not in resident:
             resident.add((j[0], d))
             new.memory_left[d] -= graph.by_id[j[0]].memory_bytes
     new.resident = frozenset(resident)
-    new.open = frozenset(j for j in partial.open | members if look.last_module[j[0]] > index)
+    new.open = frozenset(j for j in partial.open | set(module.jobs) if look.last_module[j[0]] > index)
     new.estimate = max([new.makespan] + [new.finish[j] + look.after(j, index) for j in new.open])
     return new
 
@@ -565,7 +548,8 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
                 if option in lowest and answer.status != "infeasible":  # its cutoff's bound (or none) counts
                     lowest[option] = min(lower, lowest[option])
                 continue
-            nxt = _advance(problem, states[key], jobs, sizes, release_abs, answer, memory_binds, look, index)
+            nxt = _advance(problem, states[key], module.tasks, sizes, release_abs, answer, memory_binds, look,
+                           index)
             state = tuple(nxt.device_of[(module.exit, l)] for l in range(len(sizes)))
             lowest[state] = min(lower, lowest.get(state, lower))
             if state not in new_states or nxt.estimate < new_states[state].estimate:
