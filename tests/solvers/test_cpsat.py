@@ -32,3 +32,19 @@ def test_a_cutoff_at_or_above_the_optimum_keeps_the_optimum(seed):
     jobs, upper, best = _jobs_and_optimum(seed)
     out = solve_jobs(jobs, upper=upper, time_limit=30, workers=1, cutoff=best.objective * 1.0001)
     assert out.status == "optimal" and out.objective == pytest.approx(best.objective)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_deadlines_bind_each_job_and_a_first_schedule_meeting_them_is_enough(seed):
+    jobs, upper, best = _jobs_and_optimum(seed)
+    first = jobs.jobs[0]
+    earliest = min(jobs.duration(first, d) for d in jobs.devices(first))
+    out = solve_jobs(jobs, upper=upper, time_limit=30, workers=1, deadlines={first: 0.99 * earliest})
+    assert out.status == "infeasible"
+    # the optimum's own end times as deadlines: a schedule meets them, the first one found is returned
+    ends = {j: best.start[j] * best.stats["tick"] + jobs.duration(j, best.device_of[j]) for j in jobs.jobs}
+    out = solve_jobs(jobs, upper=upper, time_limit=30, workers=1, deadlines=ends, first_only=True)
+    assert out.status in ("timeout", "optimal") and out.device_of is not None
+    tick = out.stats["tick"]
+    for j in jobs.jobs:
+        assert out.start[j] * tick + jobs.duration(j, out.device_of[j]) <= ends[j] + 2 * tick

@@ -1,6 +1,7 @@
 """MILP-SPLIT: exact at series points, never worse than the baselines, memory-safe, within its time limit."""
 
 import math
+import random
 import time
 from dataclasses import replace
 
@@ -10,6 +11,7 @@ from conftest import graph
 import diviml
 from diviml import Objective, Problem, Task, TaskGraph
 from diviml.generators import layered_dag
+from diviml.solvers import split as split_solver
 from diviml.solvers.jobs import JobGraph
 from diviml.solvers.modules import detect
 from diviml.solvers.split import repair_memory
@@ -56,6 +58,29 @@ def test_with_multi_channel_cuts_cutoffs_still_give_a_plan_as_good_as_heft_and_v
     assert detect(p.graph, 6).multi_channel_cuts > 0 and plan.stats["module_solves_cut_off"] > 0
     assert validate(plan, p).ok
     assert plan.objective <= diviml.solve(p, "heft", time_limit=5).objective * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_deadline_test_at_multi_channel_cuts_skips_solves_without_changing_the_plan(seed, monkeypatch):
+    # three chains that meet only at the end: their modules' states also differ in the other chains'
+    # open tensors, and a solve whose jobs read later cannot end early enough is answered "late"
+    rng = random.Random(seed)
+    spec = {"x": ({"cpu": 0.0, "v100": 0.0, "a100": 0.0}, 1e7), "out": ({"cpu": 1.0, "v100": 0.2, "a100": 0.2}, 1.0)}
+    edges = []
+    for c in "pqr":
+        for i in range(12):
+            spec[f"{c}{i}"] = ({"cpu": rng.uniform(2, 6), "v100": rng.uniform(0.5, 2), "a100": rng.uniform(0.5, 2)},
+                               rng.choice([1e5, 1e6, 1e7]))
+            edges.append((f"{c}{i - 1}" if i else "x", f"{c}{i}"))
+        edges.append((f"{c}11", "out"))
+    p = Problem(graph(spec, edges), diviml.preset("paper-server"))
+    tested = diviml.solve(p, "split", time_limit=60, module_size=6, workers=1)
+    monkeypatch.setattr(split_solver, "_late", lambda jobs, request: None)  # every such solve run in full
+    solved = diviml.solve(p, "split", time_limit=60, module_size=6, workers=1)
+    assert detect(p.graph, 6).multi_channel_cuts > 0
+    assert tested.stats["module_solves_late"] > 0 and solved.stats["module_solves_late"] == 0
+    assert [(a.task, a.device) for a in tested.assignments] == [(a.task, a.device) for a in solved.assignments]
+    assert tested.objective == solved.objective and validate(tested, p).ok
 
 
 def test_split_is_never_worse_than_heft_or_the_best_device_and_is_validated():
