@@ -404,17 +404,23 @@ def _hoist(problem: Problem, partial: _Partial, module, sizes, first: frozenset,
     for d in busy:
         busy[d].sort()
     placed: dict = {}  # job -> (device, start, finish)
+    trial: dict = {}  # the same for the copies of the constant being placed
+
+    def done(job):  # (device, finish) of a job scheduled already, or None
+        if job in trial or job in placed:
+            d, _, f = trial.get(job) or placed[job]
+            return d, f
+        return (partial.device_of[job], partial.finish[job]) if job in partial.finish else None
+
     for t in constants:
-        trial: dict = {}
+        trial = {}
         for l, b in enumerate(sizes):
-            where = {**partial.device_of, **{j: v[0] for j, v in placed.items()}, **{j: v[0] for j, v in trial.items()}}
-            finish = {**partial.finish, **{j: v[2] for j, v in placed.items()}, **{j: v[2] for j, v in trial.items()}}
-            if any((u, l) not in finish for u in graph.predecessors[t]):
+            inputs = [(u, done((u, l))) for u in graph.predecessors[t]]
+            if any(at is None for _, at in inputs):
                 break  # it reads a constant left in the module
             best = None
             for d in problem.allowed_devices[t]:
-                ready = max([0.0] + [finish[u, l] + problem.transfer(u, where[u, l], d, b / graph.batch_size)
-                                     for u in graph.predecessors[t]])
+                ready = max([0.0] + [f + problem.transfer(u, e, d, b / graph.batch_size) for u, (e, f) in inputs])
                 length = problem.time(t, d, b)
                 for s0, f0 in busy[d]:
                     if ready + length <= s0:
