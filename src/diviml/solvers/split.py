@@ -596,10 +596,9 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
     elsewhere (randwire-ba-s0's plan fell back to HEFT's, 1.3% worse); the test alone changes no plan.
 
     Where the chain bounds the optimum (``bounds``) and the module keeps constants that :func:`_hoist` could
-    not place early, each solve has a twin
-    without them, for the DP on bounds only: the optimum may run a constant long before its module, so the
-    module's span there is at least the optimum of the module without its constants (their outputs
-    already everywhere), not of the module with them."""
+    not place early, each solve has a twin without them, for the DP on bounds only: the optimum may run a
+    constant long before its module, so the module's span there is at least the optimum of the module
+    without its constants (their outputs already everywhere), not of the module with them."""
     jobs = [(t, l) for t in module.tasks for l in range(len(sizes))]
     first, _ = _origin_terms(problem, module.tasks, sizes, look.constants)
     new_states: dict = {}
