@@ -360,10 +360,11 @@ def _by_task(answer: _Answer, tasks: tuple[str, ...]) -> _Answer:
                    order_key={(tasks[i], l): v for (i, l), v in answer.order_key.items()})
 
 
-def _releases(problem: Problem, jobs: list[JobKey], sizes, partial: _Partial) -> dict:
-    """Absolute earliest start of each (job, device): outside inputs arrived, device free."""
+def _releases(problem: Problem, jobs: list[JobKey], sizes, partial: _Partial, members: set | None = None) -> dict:
+    """Absolute earliest start of each (job, device): inputs from outside ``members`` (the jobs' tasks
+    unless given) arrived, device free."""
     graph = problem.graph
-    members = {t for t, _ in jobs}
+    members = {t for t, _ in jobs} if members is None else members
     out = {}
     for j in jobs:
         t, l = j
@@ -393,11 +394,8 @@ def _hoist(problem: Problem, partial: _Partial, module, sizes, first: frozenset,
     constants = [t for t in module.tasks if t in look.constants]
     if not constants or memory_binds or problem.colocation_groups:
         return partial, module.tasks
-    members = set(module.tasks)
-    origin = min(max([partial.free.get(d, 0.0)]
-                     + [partial.finish[u, l] + problem.transfer(u, partial.device_of[u, l], d, b / graph.batch_size)
-                        for u in graph.predecessors[t] if u not in members])
-                 for t in first for l, b in enumerate(sizes) for d in problem.allowed_devices[t])
+    origin = min(_releases(problem, [(t, l) for t in first for l in range(len(sizes))], sizes, partial,
+                           set(module.tasks)).values())
     busy = {d.name: [] for d in platform.devices}
     for j, d in partial.device_of.items():
         busy[d].append((partial.start[j], partial.finish[j]))
@@ -413,7 +411,7 @@ def _hoist(problem: Problem, partial: _Partial, module, sizes, first: frozenset,
         return (partial.device_of[job], partial.finish[job]) if job in partial.finish else None
 
     for t in constants:
-        trial = {}
+        trial.clear()
         for l, b in enumerate(sizes):
             inputs = [(u, done((u, l))) for u in graph.predecessors[t]]
             if any(at is None for _, at in inputs):
@@ -650,8 +648,9 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
         # the DP on bounds reads each twin's bound where there is a twin, the solve's own otherwise
         twin_of = [None if t is None else next(twin_answers) for t in twins]
         bounds_of = [(t or a).bound for a, t in zip(answers, twin_of)]
-        result.twins += sum(t is not None for t in twin_of)
-        result.solves += len(answers) + len(settled) + sum(t is not None for t in twin_of)
+        twins_solved = sum(t is not None for t in twin_of)
+        result.twins += twins_solved
+        result.solves += len(answers) + len(settled) + twins_solved
         result.optimal_solves += sum(t is not None and t.status == "optimal" for t in twin_of)
         for (key, partial, tasks, option, release_abs, origin), answer, bound in (
                 list(zip(keys, answers, bounds_of)) + settled):
@@ -711,7 +710,7 @@ def _origin_terms(problem: Problem, tasks: tuple[str, ...], sizes, constants: fr
     members = set(tasks) - constants
     first = frozenset(t for t in members if not any(u in members for u in graph.predecessors[t]))
     ahead = sum(max(problem.time(t, d, b) for d in problem.allowed_devices[t])
-                + max(platform.transfer_time(graph.by_id[t], d, e, b / graph.batch_size)
+                + max(problem.transfer(t, d, e, b / graph.batch_size)
                       for d in problem.allowed_devices[t] for e in platform.by_name)
                 for t in tasks if t in constants for b in sizes)
     return first, ahead
