@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -31,3 +35,15 @@ def graph(spec: dict[str, tuple[dict, float]], edges: list[tuple[str, str]], **t
     """spec: id -> (times by device type, output bytes)."""
     tasks = [Task(id=t, time=times, output_bytes=out, **task_extra.get(t, {})) for t, (times, out) in spec.items()]
     return TaskGraph.create(tasks, edges)
+
+
+@contextmanager
+def busy_machine():
+    """Two busy-looping processes per core for the duration: what a loaded machine does to wall-clock limits."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        yield
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()

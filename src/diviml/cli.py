@@ -255,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                "exact by pieces); default: the CPU count")
     s.add_argument("--module-size", type=int, help="split: most tasks per module (default 20); a group between "
                                                    "two series points of up to twice this stays one module")
-    s.add_argument("--module-time-limit", type=float, help="split: seconds per module solve at most (default 0.5)")
+    s.add_argument("--module-time-limit", type=float,
+                   help="split: seconds of work per module solve, counted by CP-SAT's deterministic time so that "
+                        "a plan does not depend on the machine's load (default 0.5)")
     s.add_argument("--no-decompose", action="store_true",
                    help="exact: solve the whole graph as one model, not piece by piece between series points")
     s.add_argument("--piece-size", type=int, help="exact: merge series pieces up to this many tasks (default 20)")

@@ -1,6 +1,7 @@
 """The CP-SAT model of a job graph (the engine of exact and split)."""
 
 import pytest
+from conftest import busy_machine
 
 import diviml
 from diviml import Problem
@@ -48,3 +49,20 @@ def test_deadlines_bind_each_job_and_a_first_schedule_meeting_them_is_enough(see
     tick = out.stats["tick"]
     for j in jobs.jobs:
         assert out.start[j] * tick + jobs.duration(j, out.device_of[j]) <= ends[j] + 2 * tick
+
+
+def test_a_work_limit_stops_one_worker_at_the_same_point_with_the_same_answer_however_loaded_the_machine():
+    p = Problem(layered_dag(60, seed=1), diviml.preset("paper-server"))
+    jobs = JobGraph.whole(p)
+    device_of, start, upper = heft.heft_schedule(jobs)
+
+    def run():
+        return solve_jobs(jobs, upper=upper, time_limit=30, work_limit=0.05, workers=1, symmetry="none",
+                          small=True, hint=(device_of, start))
+
+    quiet = run()
+    with busy_machine():
+        loaded = run()
+    assert quiet.status == loaded.status == "timeout"  # the work limit ended both, well before 30 s
+    assert quiet.stats["work"] == pytest.approx(0.05, rel=0.2)
+    assert (loaded.device_of, loaded.start, loaded.bound) == (quiet.device_of, quiet.start, quiet.bound)

@@ -10,6 +10,9 @@ others' solves then carry a *cutoff* (what their exit state already reached), an
 CP-SAT proves they cannot improve on it (:func:`_step`; googlenet 2.9 to 1.3 s, same plan and bound); at a
 multi-channel cut a feasibility test with deadlines on the jobs read later goes first (:func:`_late`;
 densenet121 2.2 to 1.1 s, same plan).
+Each solve is limited by CP-SAT's deterministic time (its work), not the clock, so the answers, the plan
+and its bound are the same on every run with the same seed whatever the machine's load; only the run's
+time limit is on the clock.
 CP-SAT starts from the better of HEFT's schedule and a *guide*: the latest schedule found for a module of
 the same structure (tasks, edges, pins; other costs), re-timed. Repeated blocks of other widths (inception's,
 densenet's, randwire stages') then start near their optimum (:func:`_guided`; inception_v3 4.9 to 3.6 s).
@@ -56,6 +59,7 @@ from .modules import Chain, detect
 from .search import baseline_plan, promising_splits
 
 NAME = "split"
+MIN_BUDGET = 0.02  # seconds of work: below this a module solve keeps its first schedule
 SMALL_MODULE = 40  # jobs; CP-SAT without presolve and linearization up to this size (see cpsat.solve_jobs)
 
 
@@ -82,7 +86,10 @@ class _Request:
     release: dict  # (job, device) -> earliest start, relative to the step's origin
     only: dict
     capacity: dict | None
-    time_limit: float
+    # seconds of work on the reference machine (CP-SAT's deterministic time, see cpsat.solve_jobs): a solve
+    # ends at the same point with the same answer however loaded the machine is
+    budget: float
+    deadline: float  # time.time() by which the solve must end whatever its budget (the join's time limit)
     seed: int
     # only a module schedule that ends before the cutoff (after the origin) can improve on the state
     # already reached: a cutoff on the module's makespan, shift-invariant, so repeated modules share it
@@ -176,22 +183,22 @@ def _solve_module(request: _Request) -> _Answer:
             upper = max(request.release.values(), default=0.0) + sum(
                 max(jobs.duration(j, d) + max(jobs.transfer(j, d, e) for e in _PROBLEM.platform.by_name)
                     for d in jobs.devices(j)) for j in jobs.jobs)
-    began = time.perf_counter()
-    if request.cutoff is not None and request.tails and request.time_limit >= 0.02:
-        late = _late(jobs, request)
+    budget = request.budget
+    if request.cutoff is not None and request.tails and budget >= MIN_BUDGET:
+        late, used = _late(jobs, request)
         if late is not None:
             return late
-    time_limit = request.time_limit - (time.perf_counter() - began)
+        budget -= used
+    wall = request.deadline - time.time()
     guided = _guided(jobs, request.guide)
     use_guide = guided is not None and guided[2] < upper  # better than HEFT's, or meets the cutoff
     if use_guide:
         device_of, start, makespan = guided
         upper = makespan if request.cutoff is None else upper
-    if time_limit >= 0.02:
-        out = cpsat.solve_jobs(jobs, upper=max(upper, 1e-12), time_limit=time_limit, seed=request.seed,
-                               workers=1, symmetry="none", small=len(jobs.jobs) <= SMALL_MODULE,
-                               cutoff=request.cutoff,
-                               hint=None if device_of is None else (device_of, start))
+    if budget >= MIN_BUDGET and wall > 0:
+        out = cpsat.solve_jobs(jobs, upper=max(upper, 1e-12), time_limit=wall, work_limit=budget,
+                               seed=request.seed, workers=1, symmetry="none", small=len(jobs.jobs) <= SMALL_MODULE,
+                               cutoff=request.cutoff, hint=None if device_of is None else (device_of, start))
         if out.device_of is not None:
             return _Answer(out.device_of, out.start, out.status, out.bound, use_guide)
         if out.status == "infeasible" and request.cutoff is not None:
@@ -203,20 +210,21 @@ def _solve_module(request: _Request) -> _Answer:
     return _Answer(device_of, start, "heft", guided=use_guide)
 
 
-def _late(jobs: JobGraph, request: _Request) -> _Answer | None:
+def _late(jobs: JobGraph, request: _Request) -> tuple[_Answer | None, float]:
     """A "late" answer where no schedule of the module meets the request's cutoff with each job read later
-    ending at least its tail before it; None where one does (or no proof came in time).
+    ending at least its tail before it, None where one does (or no proof came in time); and the work used.
 
     The state's estimate is the latest of its jobs' ends plus their tails, so only such a schedule can
     improve on the state: a makespan cutoff alone let through 107 of densenet121's 108 solves whose optimum
     then did not improve. The makespan solve runs unchanged where the test passes, so the plans do too."""
     deadlines = {j: request.cutoff - tail for j, tail in request.tails.items()}
-    out = cpsat.solve_jobs(jobs, upper=request.cutoff, time_limit=request.time_limit, seed=request.seed,
-                           workers=1, symmetry="none", small=len(jobs.jobs) <= SMALL_MODULE, cutoff=request.cutoff,
-                           deadlines=deadlines, first_only=True)
+    out = cpsat.solve_jobs(jobs, upper=request.cutoff, time_limit=max(request.deadline - time.time(), 0.0),
+                           work_limit=request.budget, seed=request.seed, workers=1, symmetry="none",
+                           small=len(jobs.jobs) <= SMALL_MODULE, cutoff=request.cutoff, deadlines=deadlines,
+                           first_only=True)
     if out.status != "infeasible":
-        return None
-    return _Answer(None, None, "late", _critical_path(_PROBLEM, request.tasks, request.sizes, request.release))
+        return None, out.stats["work"]
+    return _Answer(None, None, "late", _critical_path(_PROBLEM, request.tasks, request.sizes, request.release)), 0.0
 
 
 def _guided(jobs: JobGraph, guide: tuple[dict, dict] | None) -> tuple[dict, dict, float] | None:
@@ -556,15 +564,15 @@ def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, w
         limit = min(module_time_limit, share * scale * parallel, watch.left * parallel)
         before = result.optimal_solves, result.solves
         # chain bounds hold only where memory cannot bind, so the repair below never runs with them
-        new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result,
-                           bounds)
+        new_states = _step(problem, i, module, sizes, states, pool, limit, time.time() + watch.left, seed,
+                           memory_binds, look, result, bounds)
         if limit < module_time_limit and result.optimal_solves - before[0] < result.solves - before[1]:
             result.share_bound = True
         if not new_states and memory_binds:
             # no state can hold this module: place the rest ignoring memory, and repair at the end
             memory_binds, result.repaired = False, True
-            new_states = _step(problem, i, module, sizes, states, pool, limit, seed, memory_binds, look, result,
-                               bounds)
+            new_states = _step(problem, i, module, sizes, states, pool, limit, time.time() + watch.left, seed,
+                               memory_binds, look, result, bounds)
         if not new_states:
             return result
         states = new_states
@@ -577,10 +585,10 @@ def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, w
     return result
 
 
-def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool, limit: float, seed: int,
-          memory_binds: bool, look: _Lookahead, result: _JoinResult, bounds: bool) -> dict:
-    """Solve ``module`` after every state for every exit option; the best new partial per exit state that
-    no other dominates.
+def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool, limit: float, deadline: float,
+          seed: int, memory_binds: bool, look: _Lookahead, result: _JoinResult, bounds: bool) -> dict:
+    """Solve ``module`` after every state for every exit option, each solve given ``limit`` seconds of work
+    and ending by ``deadline`` (time.time()); the best new partial per exit state that no other dominates.
 
     The best-ranked state goes first. The others' solves then carry a cutoff on the module's makespan: the
     estimate already reached for their exit state, less their origin (and, where the exit closes the
@@ -637,12 +645,12 @@ def _step(problem: Problem, index: int, module, sizes, states: dict, pool: _Pool
                 # plus the exit's tail: a module schedule that cannot end sooner cannot improve on it
                 cutoff = None if reached is None else reached - origin - (series_tail or 0.0)
                 late = {j: v for j, v in tails.items() if j[0] in tasks}
-                requests.append(_Request(tasks, sizes, release, only, capacity, limit, seed, cutoff,
+                requests.append(_Request(tasks, sizes, release, only, capacity, limit, deadline, seed, cutoff,
                                          late if cutoff is not None and series_tail is None else None))
                 keys.append((key, partial, tasks, option, release_abs, origin))
                 twins.append(None if unconstant is None else _Request(
                     unconstant, sizes, {k: v for k, v in release.items() if k[0][0] not in look.constants},
-                    {j: v for j, v in only.items() if j[0] not in look.constants}, None, limit, seed))
+                    {j: v for j, v in only.items() if j[0] not in look.constants}, None, limit, deadline, seed))
         answers = pool.map(requests + [t for t in twins if t is not None])
         answers, twin_answers = answers[:len(requests)], iter(answers[len(requests):])
         # the DP on bounds reads each twin's bound where there is a twin, the solve's own otherwise
@@ -831,7 +839,9 @@ def chain_bounds(problem: Problem, chain: Chain) -> bool:
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
           module_size: int = 20, module_time_limit: float = 0.5, progress=None) -> Plan:
     """MILP-SPLIT: modules of at most ``module_size`` tasks (a group between series points up to twice that
-    stays whole: its cuts are exact), each solve given at most ``module_time_limit``."""
+    stays whole: its cuts are exact), each solve given at most ``module_time_limit`` seconds of work
+    (CP-SAT's deterministic time, :data:`.cpsat.WORK_PER_SECOND`: the plan does not depend on the machine's
+    load; ``time_limit`` is on the clock)."""
     check_options(module_size=module_size, module_time_limit=module_time_limit)
     whole_size = 2 * module_size
     return solve_chain(problem, detect(problem.graph, module_size, whole_size=whole_size), time_limit=time_limit,
