@@ -75,11 +75,11 @@ def run(name: str, objective: str, exact_limit: float, split_limit: float, progr
     # exact's time to split's quality: its baseline (HEFT / best device) counts from the start
     target = split.objective * (1 + 1e-6)
     reached = [t for t, v in incumbents if v <= target]
-    if exact.stats.get("baseline_objective", float("inf")) <= target:
+    start = exact.stats.get("baseline_objective", float("inf"))
+    if start <= target:
         reached.insert(0, 0.0)
     row["exact_to_split_s"] = min(reached) if reached else None
     # exact's best plan at a few points in time (its baseline before its first incumbent)
-    start = exact.stats.get("baseline_objective", float("inf"))
     row["exact_at"] = {mark: min([start] + [v for t, v in incumbents if t <= mark])
                        for mark in TRACE_MARKS if mark < exact_limit}
     row["bound"] = max(split.bound, exact.bound)

@@ -65,7 +65,7 @@ def heft_schedule(jobs: JobGraph) -> tuple[dict[JobKey, str], dict[JobKey, float
         for d in options:
             ready = max([jobs.released(j, d)] + [finish[u] + jobs.transfer(u, placement[u], d) for u in jobs.preds(j)])
             duration = jobs.duration(j, d)
-            est = _earliest_gap(busy[d], ready, duration)
+            est = earliest_gap(busy[d], ready, duration)
             if best is None or est + duration < best[0] - 1e-12:
                 best = (est + duration, est, d)
         eft, est, d = best
@@ -79,7 +79,7 @@ def heft_schedule(jobs: JobGraph) -> tuple[dict[JobKey, str], dict[JobKey, float
     return placement, start, max(finish.values(), default=0.0)
 
 
-def _earliest_gap(slots: list[tuple[float, float]], ready: float, duration: float) -> float:
+def earliest_gap(slots: list[tuple[float, float]], ready: float, duration: float) -> float:
     """Earliest start >= ready where [start, start+duration) fits between busy slots.
 
     A device's slots are disjoint, so their ends are sorted too: no gap before the first slot that ends at

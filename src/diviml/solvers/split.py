@@ -41,6 +41,7 @@ single device); its bound is the problem's lower bound.
 
 from __future__ import annotations
 
+import bisect
 import math
 import multiprocessing
 import os
@@ -224,7 +225,8 @@ def _late(jobs: JobGraph, request: _Request) -> tuple[_Answer | None, float]:
                            first_only=True)
     if out.status != "infeasible":
         return None, out.stats["work"]
-    return _Answer(None, None, "late", _critical_path(_PROBLEM, request.tasks, request.sizes, request.release)), 0.0
+    bound = _critical_path(_PROBLEM, request.tasks, request.sizes, request.release)
+    return _Answer(None, None, "late", bound), out.stats["work"]
 
 
 def _guided(jobs: JobGraph, guide: tuple[dict, dict] | None) -> tuple[dict, dict, float] | None:
@@ -428,18 +430,14 @@ def _hoist(problem: Problem, partial: _Partial, module, sizes, first: frozenset,
             for d in problem.allowed_devices[t]:
                 ready = max([0.0] + [f + problem.transfer(u, e, d, b / graph.batch_size) for u, (e, f) in inputs])
                 length = problem.time(t, d, b)
-                for s0, f0 in busy[d]:
-                    if ready + length <= s0:
-                        break
-                    ready = max(ready, f0)
+                ready = heft.earliest_gap(busy[d], ready, length)
                 reach = ready + length + max(problem.transfer(t, d, e, b / graph.batch_size) for e in platform.by_name)
                 if reach <= origin and (best is None or reach < best[0]):
                     best = (reach, d, ready, ready + length)
             if best is None:
                 break
             trial[t, l] = best[1:]
-            busy[best[1]].append(best[2:])
-            busy[best[1]].sort()
+            bisect.insort(busy[best[1]], best[2:])
         if len(trial) == len(sizes):
             placed.update(trial)
         else:
@@ -926,8 +924,9 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     notes.insert(0, f"{len(chain.modules)} modules ({len(chain.series_points)} series points, "
                     f"{chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} tensors); "
                     f"{solves} module solves{walks} ({pool.reused} answered without solving, {cut_off} ended by their "
-                    f"cutoff ({late} by their jobs' deadlines), {guided} started from an earlier module's schedule), {optimal} proven, "
-                    f"{heft_only} unsolved (first schedule kept); {dominated} dominated states dropped")
+                    f"cutoff ({late} by their jobs' deadlines), {guided} started from an earlier module's "
+                    f"schedule), {optimal} proven, {heft_only} unsolved (first schedule kept); {dominated} dominated "
+                    "states dropped")
     stats.update({"modules": float(len(chain.modules)), "module_solves": float(solves),
                   "module_solves_reused": float(pool.reused),
                   "module_solves_optimal": float(optimal), "module_solves_heft": float(heft_only),
