@@ -127,6 +127,7 @@ def main() -> None:
     parser.add_argument("--authors-dp", type=Path, help="the authors' compiled dp binary")
     parser.add_argument("--extra", type=Path, help="folder of more scenario files (LayerGraphs/, OperatorGraphs/)")
     parser.add_argument("--only", help="run only scenarios whose name contains this")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"table file (default {OUT})")
     parser.add_argument("--timeout", type=float, default=3600.0, help="per program and scenario, seconds")
     args = parser.parse_args()
     if args.authors_dp and not os.access(args.authors_dp, os.X_OK):
@@ -176,9 +177,9 @@ def main() -> None:
             f"| {fmt(ratio, '.2f')} | {a['peak_mb']:.0f} / {fmt(b.get('peak_mb'), '.0f')} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(text)
-    print(f"wrote {OUT}", file=sys.stderr)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(f"wrote {args.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

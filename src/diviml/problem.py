@@ -47,6 +47,58 @@ class Objective:
 
 
 @dataclass(frozen=True)
+class StageOrder:
+    """What "contiguous" means for a pipeline split (Tarnawski et al., NeurIPS 2020).
+
+    A *unit* is a co-location group (all its tasks) or a task in none. Units holding a forward task are
+    ordered by the forward edges between them. A unit with no forward task (a loss, a gradient accumulation
+    without a colour class) stands in the order as a zero-cost forward node: each backward edge ``u -> v``
+    that touches such a unit orders ``unit(v)`` before ``unit(u)`` (the mirror of the backward flow), so it
+    may sit on any stage between its consumers' and its producers'. Backward edges between units that hold
+    forward tasks add nothing (their forward twins are ordered already). A split is contiguous when every
+    device's units form a convex set of this graph: no path leaves the set and re-enters it.
+
+    >>> from diviml import Task, TaskGraph, preset
+    >>> t = {"cpu": 1.0, "v100": 1.0, "a100": 1.0}
+    >>> g = TaskGraph.create([Task("f1", t, colocation="1"), Task("f2", t, colocation="2"),
+    ...                       Task("b2", t, colocation="2", phase="backward"), Task("acc", t, phase="backward"),
+    ...                       Task("b1", t, colocation="1", phase="backward")],
+    ...                      [("f1", "f2"), ("f2", "b2"), ("b2", "acc"), ("acc", "b1")])
+    >>> sorted(Problem(g, preset("paper-server"), Objective("pipeline")).stage_order.edges)
+    [('g:1', 'g:2'), ('g:1', 't:acc'), ('t:acc', 'g:2')]
+    """
+
+    unit_of: dict[str, str]  # every task -> its unit
+    edges: frozenset[tuple[str, str]]  # between units, each unit a node of the order
+
+    @staticmethod
+    def of(problem: "Problem") -> "StageOrder":
+        graph = problem.graph
+        groups = problem.colocation_groups
+        unit_of = {t.id: f"g:{t.colocation}" if t.colocation in groups else f"t:{t.id}" for t in graph.tasks}
+        has_forward = {unit_of[t.id] for t in graph.tasks if t.phase == "forward"}
+        phase = {t.id: t.phase for t in graph.tasks}
+        edges = set()
+        for a, b in graph.edges:
+            ua, ub = unit_of[a], unit_of[b]
+            if ua == ub:
+                continue
+            if phase[a] == phase[b] == "forward":
+                edges.add((ua, ub))
+            elif phase[a] == phase[b] == "backward" and not (ua in has_forward and ub in has_forward):
+                edges.add((ub, ua))
+        return StageOrder(unit_of, frozenset(edges))
+
+    @cached_property
+    def units(self) -> dict[str, tuple[str, ...]]:
+        """Each unit's tasks, units in the order their first task appears."""
+        out: dict[str, list[str]] = {}
+        for t, u in self.unit_of.items():
+            out.setdefault(u, []).append(t)
+        return {u: tuple(ts) for u, ts in out.items()}
+
+
+@dataclass(frozen=True)
 class Problem:
     graph: TaskGraph
     platform: Platform
@@ -84,6 +136,11 @@ class Problem:
             if t.colocation is not None:
                 groups.setdefault(t.colocation, []).append(t.id)
         return {k: tuple(v) for k, v in groups.items() if len(v) > 1}
+
+    @cached_property
+    def stage_order(self) -> "StageOrder":
+        """The graph a contiguous pipeline split must be convex in (see :class:`StageOrder`)."""
+        return StageOrder.of(self)
 
     def time(self, task_id: str, device: str, batch: int | None = None) -> float:
         key = (task_id, device, batch)

@@ -143,25 +143,33 @@ def _check_schedule(plan: Plan, problem: Problem, v: list[str]) -> float | None:
 
 
 def _contiguity_violations(problem: Problem, placement: dict[str, str]) -> list[str]:
-    """Forward node sets must be convex: no path leaves a device's set and comes back."""
-    graph = problem.graph
-    forward = {t.id for t in graph.tasks if t.phase == "forward"}
+    """Each device's units must be convex in the stage order (:class:`~diviml.problem.StageOrder`): no
+    path leaves a device's set and comes back. A unit's device is its first task's (co-location is checked
+    on its own)."""
+    order = problem.stage_order
+    device = {u: placement[ts[0]] for u, ts in order.units.items()}
+    successors: dict[str, list[str]] = {u: [] for u in device}
+    for a, b in order.edges:
+        successors[a].append(b)
     out = []
-    for dev in sorted(set(placement.values())):
-        members = {t for t in forward if placement[t] == dev}
-        frontier = [s for t in members for s in graph.successors[t] if s in forward and s not in members]
+    for dev in sorted(set(device.values())):
+        members = {u for u, d in device.items() if d == dev}
+        frontier = [s for u in members for s in successors[u] if s not in members]
         seen = set(frontier)
         while frontier:
             x = frontier.pop()
-            for s in graph.successors[x]:
-                if s not in forward:
-                    continue
+            for s in successors[x]:
                 if s in members:
-                    out.append(f"device {dev!r} holds a non-contiguous set: a path leaves it at {x!r} and "
-                               f"re-enters at {s!r}")
+                    out.append(f"device {dev!r} holds a non-contiguous set: a path leaves it at {_name(x)!r} "
+                               f"and re-enters at {_name(s)!r}")
                     frontier = []
                     break
                 if s not in seen:
                     seen.add(s)
                     frontier.append(s)
     return out
+
+
+def _name(unit: str) -> str:
+    """A unit as the user wrote it: the task's id or 'group NAME'."""
+    return unit[2:] if unit.startswith("t:") else f"group {unit[2:]}"

@@ -32,7 +32,7 @@ def scenario(data_dir, name, **objective):
 def test_the_dp_reproduces_the_published_contiguous_optima(data_dir, name):
     p = scenario(data_dir, name, contiguous=True)
     plan = diviml.solve(p, "dp", time_limit=120)
-    assert plan.objective == pytest.approx(REFERENCE[name], rel=1e-6)
+    assert plan.objective == pytest.approx(REFERENCE[name], rel=1e-9)
     assert plan.status == "optimal" and validate(plan, p).ok
 
 

@@ -24,7 +24,7 @@ NAME = "pipedream"
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
     watch = Stopwatch(time_limit)
-    contracted = Contracted(problem, attach_isolated=True)
+    contracted = Contracted(problem)
     ev = ClassEvaluator(problem, contracted)
     g = nx.DiGraph()
     g.add_nodes_from(range(contracted.num_classes))

@@ -1,10 +1,10 @@
-"""What the pipeline (max-load) solvers share: nodes contracted into co-location classes, device classes.
+"""What the pipeline (max-load) solvers share: nodes contracted into classes, device classes.
 
-A *class* is a co-location group (in NeurIPS graphs: a colour class, a forward node with its backward
-twins) or a single task. Backward tasks outside any group follow a neighbour: the class of their first
-producer, else of their first consumer (they must sit somewhere; their twin relation is implied); they are visited from the output back, so a chain of them follows its end.
-Classes with no forward task (losses flagged backward) have no place in the forward order: the DP places
-them freely, which multiplies the ideals; ``attach_isolated`` merges them into a neighbour instead.
+A *class* is a unit of the stage order (:class:`~diviml.problem.StageOrder`: a co-location group or a
+task in none; units without a forward task stand in it as zero-cost forward nodes ordered by their backward
+edges), with the units on one cycle of that order fused: a contiguous split must put a whole cycle on one
+device (a path would leave any part of it and come back). The classes' order (``forward_edges``) is then a
+DAG whose ideals the DP enumerates and in which the IP keeps each device's set convex.
 A *device class* is a group of identical devices (type, memory, host or not, link); pipeline loads under
 host-staged transfers depend only on the node set a device holds, which is what makes the DP exact.
 """
@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+import networkx as nx
+
 from ..errors import InputError
 from ..problem import Problem
 
@@ -22,30 +24,20 @@ from ..problem import Problem
 @dataclass(frozen=True)
 class Contracted:
     problem: Problem
-    attach_isolated: bool = False  # merge classes without forward tasks into a neighbour (fewer ideals)
     merge_trivial: bool = False  # merge free dangling classes into their one neighbour (exact; fewer ideals)
 
     @cached_property
     def class_of(self) -> dict[str, int]:
-        graph = self.problem.graph
+        order = self.problem.stage_order
+        g = nx.DiGraph()
+        g.add_nodes_from(order.units)
+        g.add_edges_from(order.edges)
+        position = {u: k for k, u in enumerate(order.units)}
+        fused = {u: min(scc, key=position.get) for scc in nx.strongly_connected_components(g)
+                 for u in scc}  # a cycle's units share a device: one class, named by its first unit
         names: dict[str, int] = {}
-        out: dict[str, int] = {}
-        for t in graph.topological_order:
-            task = graph.by_id[t]
-            if task.colocation in self.problem.colocation_groups:
-                key = f"g:{task.colocation}"
-            elif task.phase == "backward":
-                continue
-            else:
-                key = f"t:{t}"
-            out[t] = names.setdefault(key, len(names))
-        for t in reversed(graph.topological_order):  # free backward tasks follow a consumer, else a producer
-            if t in out:
-                continue
-            near = [v for v in graph.successors[t] if v in out] + [u for u in graph.predecessors[t] if u in out]
-            out[t] = out[near[0]] if near else names.setdefault(f"t:{t}", len(names))
-        if self.attach_isolated:
-            out = self._attach_isolated(out)
+        out = {t: names.setdefault(fused[u], len(names))
+               for t in self.problem.graph.topological_order for u in (order.unit_of[t],)}
         if self.merge_trivial:
             out = self._merge_trivial(out)
         return out
@@ -89,22 +81,6 @@ class Contracted:
         names: dict[int, int] = {}
         return {t: names.setdefault(c, len(names)) for t, c in merged.items()}
 
-    def _attach_isolated(self, out: dict[str, int]) -> dict[str, int]:
-        """Merge classes with no forward task into a neighbouring class that has one (a restriction)."""
-        graph = self.problem.graph
-        forward = {out[t.id] for t in graph.tasks if t.phase == "forward"}
-        merged = dict(out)
-        for t in reversed(graph.topological_order):
-            c = merged[t]
-            if c in forward:
-                continue
-            near = [merged[v] for v in graph.successors[t] if merged[v] in forward]
-            near += [merged[u] for u in graph.predecessors[t] if merged[u] in forward]
-            if near:
-                merged = {x: (near[0] if k == c else k) for x, k in merged.items()}
-        names: dict[int, int] = {}
-        return {t: names.setdefault(c, len(names)) for t, c in merged.items()}
-
     @cached_property
     def num_classes(self) -> int:
         return max(self.class_of.values(), default=-1) + 1
@@ -118,11 +94,11 @@ class Contracted:
 
     @cached_property
     def forward_edges(self) -> set[tuple[int, int]]:
-        """Class-level edges of the forward graph (contiguity and ideals live there)."""
-        graph = self.problem.graph
-        cls = self.class_of
-        fwd = {t.id for t in graph.tasks if t.phase == "forward"}
-        return {(cls[a], cls[b]) for a, b in graph.edges if a in fwd and b in fwd and cls[a] != cls[b]}
+        """Class-level edges of the stage order (contiguity and ideals live there); a DAG."""
+        order, cls = self.problem.stage_order, self.class_of
+        first = {u: ts[0] for u, ts in order.units.items()}
+        edges = {(cls[first[a]], cls[first[b]]) for a, b in order.edges}
+        return {(a, b) for a, b in edges if a != b}
 
     @cached_property
     def producers(self) -> list[tuple[str, int, frozenset[int]]]:

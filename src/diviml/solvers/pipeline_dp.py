@@ -29,7 +29,7 @@ from .pipeline_common import Contracted, class_times, device_classes
 from .pipeline_dp_kernel import walk_from
 
 NAME = "dp"
-SMALL_GRAPH = 64  # classes; up to this the exact pass needs neither a greedy cut nor a first, restricted pass
+SMALL_GRAPH = 64  # classes; up to this the DP needs no greedy plan's value to cut its walks
 
 
 class BudgetExceeded(InputError):
@@ -84,11 +84,6 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, max_idea
     upper = math.inf  # small graphs: no cut needed, and finding one costs more than it saves
     if contracted.num_classes > SMALL_GRAPH:
         upper = _upper_bound(problem, watch)
-        restricted = Contracted(problem, attach_isolated=True, merge_trivial=True)
-        if restricted.num_classes < contracted.num_classes:
-            # a first pass with isolated classes attached gives a tight cut for the exact pass
-            value, _, _ = run_dp(problem, restricted, watch, max_ideals, max_pairs, upper, progress)
-            upper = min(upper, value * (1 + 1e-9))
     value, placement, stats = run_dp(problem, contracted, watch, max_ideals, max_pairs, upper, progress)
     contiguous = problem.objective.contiguous
     return make_plan(problem, placement=placement, solver=NAME, status="optimal" if contiguous else "feasible",
@@ -106,10 +101,7 @@ def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideal
     import networkx as nx
     g = nx.DiGraph()
     g.add_nodes_from(range(num))
-    g.add_edges_from(contracted.forward_edges)
-    if not nx.is_directed_acyclic_graph(g):
-        raise InputError("contracting the co-location groups makes the forward graph cyclic: no contiguous "
-                         "split exists; use --solver ip --no-contiguous")
+    g.add_edges_from(contracted.forward_edges)  # acyclic: cycles are fused into one class
     order = list(nx.lexicographical_topological_sort(g))
     masks, transitions = enumerate_ideals(num, contracted.forward_edges, order, max_ideals, watch)
     if progress:

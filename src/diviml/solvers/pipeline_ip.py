@@ -82,10 +82,8 @@ def build(problem: Problem, contracted: Contracted, symmetry: str, unit: float =
                 m.row(terms, upper=dev.memory_bytes)
     z = {}
     if problem.objective.contiguous:
-        forward_classes = sorted({a for e in contracted.forward_edges for a in e}
-                                 | {contracted.class_of[t.id] for t in graph.tasks if t.phase == "forward"})
         for d in devices:
-            for c in forward_classes:
+            for c in range(contracted.num_classes):
                 z[c, d] = m.var(0.0, 1.0)
                 if (c, d) in x:
                     m.row([(z[c, d], 1.0), (x[c, d], -1.0)], 0.0)
