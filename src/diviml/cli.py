@@ -135,23 +135,49 @@ def cmd_validate(args) -> dict:
 
 def cmd_profile(args) -> dict:
     from .catalogue import CATALOGUE
-    from .frontends.pytorch import calibrate, measured_device_type, profile_zoo
-    from .zoo import get
-    get(args.model)
+    from .frontends.pytorch import calibrate, measured_device_type, profile, profile_zoo
+    from .runtime import model_source
+    if (args.model is None) == (args.model_option is None):
+        raise InputError("give the model once: a zoo name or path/to/file.py:factory (or --model)")
+    source = model_source(args.model or args.model_option)
     try:
         batches = [int(b) for b in args.batch.split(",")]
     except ValueError:
         raise InputError(f"--batch {args.batch!r}: give batch sizes like 1,8,32") from None
     if any(b < 1 for b in batches):
         raise InputError("batch sizes must be >= 1")
+    if source.batch_fixed is not None and batches != [source.batch_fixed]:
+        if args.batch != "1":
+            raise InputError(f"the factory's inputs have batch {source.batch_fixed}: a factory model is profiled at "
+                             "that batch only (drop --batch)")
+        batches = [source.batch_fixed]
     if args.repeats < 1 or not args.min_time >= 0:
         raise InputError(f"--repeats must be >= 1 and --min-time >= 0 seconds, got {args.repeats} and {args.min_time}")
     if args.out and not Path(args.out).resolve().parent.is_dir():
         raise InputError(f"cannot write {args.out}: its folder does not exist")
+    threads = args.threads
+    if args.platform:
+        from .platform import Platform
+        counts = {d.threads for d in Platform.load(args.platform).devices if d.type == "cpu" and d.threads}
+        if len(counts) > 1:
+            raise InputError(f"platform {args.platform!r} has CPU devices of different thread counts {sorted(counts)}: "
+                             "profile once per count with --threads")
+        if counts:
+            if threads is not None and threads != next(iter(counts)):
+                raise InputError(f"--threads {threads} contradicts platform {args.platform!r}, whose CPU devices "
+                                 f"have {next(iter(counts))} thread(s): drop one of them")
+            threads = next(iter(counts))
+    threads = 1 if threads is None else threads
     device = None if args.device == "none" else args.device
     measured = measured_device_type(device)
-    graph = profile_zoo(args.model, batches=batches, device=device, repeats=args.repeats, threads=args.threads,
-                        min_time_s=args.min_time, progress=None if args.quiet else _progress)
+    progress = None if args.quiet else _progress
+    if source.batch_fixed is None:  # a zoo model
+        graph = profile_zoo(source.name, batches=batches, device=device, repeats=args.repeats, threads=threads,
+                            min_time_s=args.min_time, progress=progress)
+    else:
+        graph = profile(source.build, source.inputs, name=source.name, batches=batches, measured_type=measured,
+                        analytic_types=[t for t in CATALOGUE if t != measured], repeats=args.repeats,
+                        threads=threads, min_time_s=args.min_time, progress=progress, device=device or "cpu")
     if args.out:
         graph.save(args.out)
     times = {dt: sum(t.time.get(dt, 0.0) for t in graph.tasks) for dt in sorted(graph.device_types)}
@@ -160,9 +186,65 @@ def cmd_profile(args) -> dict:
         c = calibrate(graph, measured)
         calibration = {"device_type": measured, "scale": c.scale, "median_error_before": c.error_before,
                        "median_error_after": c.error_after, "tasks": c.tasks}
-    return {"calibration": calibration, "model": args.model, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
+    return {"calibration": calibration, "model": source.name, "threads": threads, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
             "flops": sum(t.flops or 0.0 for t in graph.tasks), "memory_bytes": sum(t.memory_bytes for t in graph.tasks),
             "total_time_s": times, "measured": measured, "written": [args.out] if args.out else []}
+
+
+def cmd_run(args) -> dict:
+    from .platform import Platform
+    from .runtime import launch, model_source, run
+    from .runtime._dist import env_world
+    for path in [args.trace, args.calibrate_out, *(args.gantt or [])]:
+        if path and not Path(path).resolve().parent.is_dir():
+            raise InputError(f"cannot write {path}: its folder does not exist")
+    for path in (args.gantt or []):
+        gantt.check_format(path)
+    if args.nproc is not None:
+        if args.nproc < 1:
+            raise InputError(f"--nproc must be >= 1, got {args.nproc}")
+        if "RANK" in os.environ:
+            raise InputError("--nproc starts the ranks itself: do not combine it with torchrun")
+        rest = [a for a in (args.argv or []) if a not in ("--nproc", str(args.nproc)) and not a.startswith("--nproc=")]
+        text = launch(rest, args.nproc)
+        return {"_text": text}
+    if args.calibrate_out and not args.graph:
+        raise InputError("--calibrate-out needs --graph (the profiled graph the plan was made from)")
+    if args.model_option is not None:  # 'run --model M PLAN': the one positional is the plan
+        args.model, args.plan = args.model_option, args.plan or args.model
+    if args.model is None or args.plan is None:
+        raise InputError("give the model and the plan: diviml run MODEL PLAN (or --model MODEL PLAN)")
+    rank, world = env_world()
+    platform = Platform.load(args.platform or "paper-server")
+    plan = Plan.load(args.plan)
+    source = model_source(args.model)
+    problem = None
+    if args.graph:
+        from .io import load_input
+        graph = load_input(args.graph).graph
+        objective = Objective(plan.objective_kind if plan.objective_kind in ("latency", "batch") else "latency",
+                              plan.batch_size if plan.objective_kind == "batch" else None)
+        problem = Problem(graph, platform, objective)
+    report = run(source, plan, platform, problem=problem, batch=args.batch, repeats=args.repeats,
+                 warmup=args.warmup, rank=rank, world=world, progress=None if args.quiet else _progress)
+    outputs: list[tuple[str, str | bytes]] = []
+    if rank == 0:
+        from .reports import measured
+        from .runtime import calibrated_graph
+        if args.trace:
+            outputs.append((args.trace, json.dumps(measured.chrome_trace(report))))
+        for path in (args.gantt or []):
+            outputs.append((path, measured.render_gantt(report, path)))
+        if args.calibrate_out:
+            calibrated = calibrated_graph(report, plan, problem)
+            outputs.append((args.calibrate_out, json.dumps(calibrated.to_dict(), indent=1)))
+    for path, content in outputs:
+        write_text_atomic(path, content)
+    out = report.to_dict()
+    out["written"] = [p for p, _ in outputs]
+    if rank != 0:
+        return {"_text": ""}
+    return out
 
 
 def cmd_models(args) -> dict:
@@ -220,6 +302,17 @@ def _print_human(command: str, out: dict) -> None:
         for p in out["written"]:
             print(f"wrote {p}")
         return
+    if command == "run":
+        print(f"{out['model']} batch {out['batch_size']} on {len(out['devices'])} device(s), {out['pieces']} "
+              f"pieces, {out['world_size']} rank(s): measured {out['measured_s'] * 1e3:.4g} ms (median of "
+              f"{out['repeats']}, {out['measured_min_s'] * 1e3:.4g}-{out['measured_max_s'] * 1e3:.4g}), predicted "
+              f"{out['predicted_s'] * 1e3:.4g} ms, ratio {out['ratio']:.3f}; outputs match the unsplit module "
+              f"(largest difference {out['max_abs_error']:.3g}); unsplit module here {out['eager_s'] * 1e3:.4g} ms")
+        for n in out["notes"]:
+            print(f"  note: {n}")
+        for p in out["written"]:
+            print(f"wrote {p}")
+        return
     if command == "evaluate":
         for d, load in out["loads"].items():
             print(f"  {d:<8} load {load:.6g}")
@@ -265,6 +358,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="write the plan as JSON")
     s.add_argument("--gantt", action="append", help="draw the plan (.png, .svg or .html); repeatable")
     s.add_argument("--split-out", help="write the plan in the NeurIPS 2020 split format")
+    r = sub.add_parser("run", help="run a plan on this machine's devices: outputs checked, time measured")
+    r.add_argument("model", nargs="?", help="a zoo name (see 'diviml models') or path/to/file.py:factory, a function "
+                                 "returning (module, example_inputs)")
+    r.add_argument("plan", nargs="?", help="plan JSON written by 'diviml schedule --out' (latency or batch)")
+    r.add_argument("--model", dest="model_option", help="the model, instead of the positional MODEL")
+    r.add_argument("--platform", help="the platform the plan was scheduled for (default paper-server)")
+    r.add_argument("--graph", help="the profiled graph the plan was made from: per-piece predictions, "
+                                   "--calibrate-out and the predicted side of --gantt")
+    r.add_argument("--batch", type=int, help="batch size to run (default: the plan's)")
+    r.add_argument("--repeats", type=int, default=10, help="timed runs after the warm-up (default 10)")
+    r.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    r.add_argument("--nproc", type=int, help="run as N torch.distributed (gloo) ranks on this host: one per "
+                                             "server of the platform, or one per device")
+    r.add_argument("--trace", help="write the measured per-piece timeline as Chrome trace JSON")
+    r.add_argument("--gantt", action="append", help="draw measured beside predicted (.png, .svg or .html)")
+    r.add_argument("--calibrate-out", help="write the graph with times scaled to what the pieces measured")
+    r.add_argument("--quiet", action="store_true")
+    r.add_argument("--json", action="store_true")
     e = sub.add_parser("evaluate", help="max-load of a NeurIPS 2020 split")
     _add_problem_options(e, default_objective=None)
     e.add_argument("--split", required=True, help="split JSON ({'fpgas': [...], 'cpus': [...]})")
@@ -272,7 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem_options(v, default_objective=None)
     v.add_argument("plan", help="plan JSON written by 'diviml schedule --out'")
     pr = sub.add_parser("profile", help="capture and cost a zoo model into a diviml graph")
-    pr.add_argument("model", help="a name from 'diviml models'")
+    pr.add_argument("model", nargs="?", help="a name from 'diviml models', or path/to/file.py:factory (a function "
+                                             "returning (module, example_inputs))")
+    pr.add_argument("--model", dest="model_option", help="the same as the positional MODEL")
+    pr.add_argument("--platform", help="profile CPU times with the thread count of this platform's CPU devices "
+                                       "(e.g. cpu-workers-2: one thread)")
     pr.add_argument("--batch", default="1", help="batch sizes, comma-separated; the first is the graph's (default 1)")
     pr.add_argument("--device", default="cpu",
                     help="where to measure: cpu, cuda or cuda:N (times recorded under the catalogue's name for "
@@ -280,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--repeats", type=int, default=5, help="timed runs per operator at least (median kept)")
     pr.add_argument("--min-time", type=float, default=MIN_TIMING_S,
                     help=f"seconds of timing per batch size at least, passes spread over them (default {MIN_TIMING_S:g})")
-    pr.add_argument("--threads", type=int, default=1, help="CPU threads while measuring (fixed)")
+    pr.add_argument("--threads", type=int, help="CPU threads while measuring (fixed; default 1, or the platform's)")
     pr.add_argument("--out", help="write the graph JSON")
     pr.add_argument("--quiet", action="store_true")
     pr.add_argument("--json", action="store_true")
@@ -294,12 +409,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"schedule": cmd_schedule, "evaluate": cmd_evaluate, "validate": cmd_validate, "profile": cmd_profile,
+            "run": cmd_run,
             "models": cmd_models,
             "platforms": cmd_platforms, "solvers": cmd_solvers}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         out = COMMANDS[args.command](args)
     except DivimlError as exc:
@@ -309,7 +426,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("diviml: interrupted\n")
         return 130
     try:
-        if args.json:
+        if "_text" in out:  # another process's output (the ranks of 'run --nproc'), passed through
+            sys.stdout.write(out["_text"])
+        elif args.json:
             print(json.dumps(out, allow_nan=False, default=str))
         else:
             _print_human(args.command, out)

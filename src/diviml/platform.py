@@ -46,6 +46,7 @@ class Device:
     server: str = "server0"
     is_host: bool = False  # a CPU whose memory is the host memory: its hops cost nothing
     link: Link | None = None  # device <-> host link (None for a host CPU)
+    threads: int | None = None  # a CPU device: the intra-op threads it stands for (profiled and run with them)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,8 @@ class Platform:
                 e["memory"] = d.memory_bytes
             if d.link:
                 e["link"] = link(d.link)
+            if d.threads:
+                e["threads"] = d.threads
             devs.append(e)
         out = {"name": self.name, "description": self.description, "devices": devs}
         if self.peer_links:
@@ -146,7 +149,8 @@ class Platform:
                         name=name, type=str(entry["type"]),
                         memory_bytes=math.inf if mem is None else _positive(float(mem), f"memory of {name}"),
                         server=str(entry.get("server", "server0")), is_host=bool(entry.get("host", False)),
-                        link=_link(entry.get("link"), f"link of {name}")))
+                        link=_link(entry.get("link"), f"link of {name}"),
+                        threads=_threads(entry.get("threads"), name)))
             peer = {}
             for p in data.get("peer_links", []) or []:
                 a, b = p["between"]
@@ -200,6 +204,14 @@ class Platform:
         except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"{path}: cannot parse the platform file ({str(exc).splitlines()[0]})") from None
         return Platform.from_dict(data, origin=str(path))
+
+
+def _threads(v, name: str) -> int | None:
+    if v is None:
+        return None
+    if int(v) != v or v < 1:
+        raise InputError(f"threads of {name} must be a whole number >= 1, got {v!r}")
+    return int(v)
 
 
 def _positive(v: float, what: str) -> float:

@@ -1,0 +1,15 @@
+"""Run a plan on real devices: the captured model cut into per-device pieces, run in the plan's order by a
+worker per device (and a torch.distributed rank per server), its outputs checked against the unsplit
+module, its time measured beside the plan's prediction.
+
+>>> report = run("googlenet", plan, preset("cpu-workers-2"))      # doctest: +SKIP
+>>> report.predicted_s, report.measured_s, report.outputs_match   # doctest: +SKIP
+"""
+
+from ._calibrate import calibrated_graph
+from ._dist import launch, rank_of_devices
+from ._pieces import Piece, Program, cut
+from ._run import ModelSource, PieceReport, RunReport, model_source, run
+
+__all__ = ["ModelSource", "calibrated_graph", "Piece", "PieceReport", "Program", "RunReport", "cut", "launch", "model_source",
+           "rank_of_devices", "run"]

@@ -1,0 +1,172 @@
+"""Run a cut program: a worker thread per plan device, each running its pieces in the plan's order.
+
+A CPU device's worker runs with the device's intra-op thread count; a GPU device's worker on a CUDA stream
+of its own, synchronised at the end of each piece before its outputs are released. A value goes to another
+device by a real copy (``Tensor.to(..., non_blocking=True)``); host CPUs of one process share memory, so
+between them it is handed over by reference, as the cost model charges nothing there. Values produced on
+another rank arrive through :class:`~diviml.runtime._dist.Comm` (torch.distributed send/recv). Workers
+wait on events, never poll in the normal path; a failing worker stops the others.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+
+class _Aborted(Exception):
+    """Another worker failed: this one stops waiting."""
+
+
+@dataclass(frozen=True)
+class PieceRun:
+    device: str
+    index: int
+    start: float  # seconds from the run's start
+    finish: float
+
+
+class Executor:
+    """Persistent workers for the local devices of a program; :meth:`run` runs it once and times it."""
+
+    def __init__(self, program, torch_device: dict, threads: dict, state: dict, inputs: dict, comm=None,
+                 local: set[str] | None = None):
+        import torch
+        self.torch = torch
+        self.program = program
+        self.torch_device = torch_device  # plan device -> torch.device
+        self.threads = threads  # plan device -> intra-op threads or None
+        self.local = set(program.pieces) if local is None else set(local)
+        self.comm = comm
+        self.outputs = {v for ps in program.pieces.values() for p in ps for v in p.outputs}
+        # state (parameters, buffers, constants) placed once on every device that reads it; user inputs on the
+        # device the plan gives their task
+        self.base: dict[tuple[str, str], object] = {}
+        for d in self.local:
+            key = str(torch_device[d])
+            for p in program.pieces[d]:
+                for v in p.inputs:
+                    if v in state and (v, key) not in self.base:
+                        self.base[v, key] = _to(torch, state[v], torch_device[d])
+        for v in program.inputs:
+            d = program.producer[v]
+            if d in self.local:
+                self.base[v, str(torch_device[d])] = _to(torch, inputs[v], torch_device[d])
+        self.workers = sorted(d for d in self.local if program.pieces[d])
+        self._go = threading.Barrier(len(self.workers) + 1)
+        self._done = threading.Barrier(len(self.workers) + 1)
+        self._stop = False
+        self._threads = [threading.Thread(target=self._work, args=(d,), daemon=True, name=f"diviml-{d}")
+                         for d in self.workers]
+        for t in self._threads:
+            t.start()
+
+    # -- one run ------------------------------------------------------------------------------------
+    def run(self) -> tuple[dict, list[PieceRun], float]:
+        """Run once: (values of the program's results held here, piece timings, wall seconds)."""
+        self.values = dict(self.base)
+        self.ready = {v: threading.Event() for v in self.outputs}
+        for v in self.program.inputs:
+            if v in self.ready:
+                self.ready[v].set()
+        self.received: dict[str, threading.Lock] = {}
+        self.timings: list[PieceRun] = []
+        self.errors: list[BaseException] = []
+        self.sends: list = []
+        self.t0 = time.perf_counter()
+        self._go.wait()
+        self._done.wait()
+        wall = time.perf_counter() - self.t0
+        for work in self.sends:
+            work.wait()
+        if self.errors:
+            raise self.errors[0]
+        results = {}
+        for v in self.program.results:
+            d = self.program.producer[v]
+            if d in self.local:
+                results[v] = self.values[v, str(self.torch_device[d])]
+        return results, sorted(self.timings, key=lambda r: r.start), wall
+
+    def close(self) -> None:
+        self._stop = True
+        self._go.wait()
+        for t in self._threads:
+            t.join()
+
+    # -- the workers --------------------------------------------------------------------------------
+    def _work(self, device: str) -> None:
+        torch = self.torch
+        target = self.torch_device[device]
+        if target.type == "cpu" and self.threads.get(device):
+            torch.set_num_threads(self.threads[device])
+        stream = torch.cuda.Stream(target) if target.type == "cuda" else None
+        while True:
+            self._go.wait()
+            if self._stop:
+                return
+            try:
+                with torch.no_grad():
+                    for piece in self.program.pieces[device]:
+                        if stream is not None:
+                            with torch.cuda.stream(stream):  # copies in and the piece on one stream
+                                args = [self._value(v, target) for v in piece.inputs]
+                                start = time.perf_counter()
+                                out = piece.module(*args)
+                            stream.synchronize()
+                        else:
+                            args = [self._value(v, target) for v in piece.inputs]
+                            start = time.perf_counter()
+                            out = piece.module(*args)
+                        finish = time.perf_counter()
+                        key = str(target)
+                        for v, value in zip(piece.outputs, out):
+                            self.values[v, key] = value
+                            self.ready[v].set()
+                            if self.comm is not None:
+                                self.sends.extend(self.comm.send(v, value))
+                        self.timings.append(PieceRun(device, piece.index, start - self.t0, finish - self.t0))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller of run()
+                if not isinstance(exc, _Aborted):
+                    self.errors.append(exc)
+                for e in self.ready.values():
+                    e.set()
+            self._done.wait()
+
+    def _value(self, name: str, target):
+        key = (name, str(target))
+        value = self.values.get(key)
+        if value is not None:
+            return value
+        producer = self.program.producer.get(name)
+        if producer is not None and producer not in self.local:
+            value = self._receive(name)
+        else:
+            event = self.ready[name]
+            event.wait()
+            if self.errors:
+                raise _Aborted()
+            value = self.values[name, str(self.torch_device[producer])]
+        copied = _to(self.torch, value, target)
+        self.values[key] = copied
+        return copied
+
+    def _receive(self, name: str):
+        lock = self.received.setdefault(name, threading.Lock())
+        with lock:
+            value = self.values.get((name, "remote"))
+            if value is None:
+                value = self.values[name, "remote"] = self.comm.recv(name)
+        return value
+
+
+def _to(torch, value, device):
+    """``value`` (a tensor, or a tuple/list of them) on ``device``; the same object where it is already there.
+    Copies to a GPU are asynchronous on the current stream (the piece that reads them runs after them on it);
+    copies to the host wait, so the host never reads a tensor still in flight."""
+    if isinstance(value, torch.Tensor):
+        return value if value.device == device else value.to(device, non_blocking=device.type == "cuda")
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to(torch, v, device) for v in value)
+    return value

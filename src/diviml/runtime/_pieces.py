@@ -1,0 +1,136 @@
+"""Cut a captured program into per-device pieces by a plan.
+
+A *piece* is a run of consecutive tasks in one device's plan order, compiled into one
+``torch.fx.GraphModule`` so Python dispatch is paid once per piece, not per operator. A piece ends after a
+task whose output another device reads and before a task that reads another device's output: its inputs are
+all needed when it starts and its outputs all leave when it ends, the synchronisation points the plan's own
+timeline has. Parameters and buffers are not tasks: each piece reads them as inputs, held on its device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+
+@dataclass(frozen=True)
+class Piece:
+    device: str  # plan device
+    index: int  # position in its device's order
+    tasks: tuple[str, ...]
+    module: object  # torch.fx.GraphModule
+    inputs: tuple[str, ...]  # value names read (other pieces' outputs, user inputs, state)
+    outputs: tuple[str, ...]  # value names other pieces or the program's result read
+
+    @property
+    def label(self) -> str:
+        return f"{self.device}#{self.index} ({len(self.tasks)} tasks from {self.tasks[0]})"
+
+
+@dataclass(frozen=True)
+class Program:
+    """A captured model cut by a plan: per device its pieces in order, and where every value comes from."""
+    pieces: dict[str, tuple[Piece, ...]]  # plan device -> pieces in plan order
+    producer: dict[str, str]  # value name -> plan device producing it (user inputs: their task's device)
+    inputs: tuple[str, ...]  # user input placeholders, in call order
+    state: tuple[str, ...]  # parameter / buffer / constant placeholders
+    results: tuple[str, ...]  # value names of the program's flat outputs
+    result_spec: object  # how to rebuild the output structure (torch.utils._pytree spec)
+
+
+def task_of_nodes(gm) -> dict[str, str]:
+    """fx node name -> the task it belongs to (getitem folds into the node it unpacks), as the profiler
+    names tasks; state placeholders and the output map to nothing."""
+    out: dict[str, str] = {}
+    for node in gm.graph.nodes:
+        if node.op in ("call_function", "call_method", "call_module"):
+            if node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem":
+                out[node.name] = out.get(node.args[0].name, node.args[0].name)
+            else:
+                out[node.name] = node.name
+    return out
+
+
+def cut(captured, device_order: dict[str, list[str]]) -> Program:
+    """The program's pieces for a plan's device order (device -> its tasks in order)."""
+    import torch
+    from torch.utils import _pytree
+
+    gm = captured.gm
+    nodes = {n.name: n for n in gm.graph.nodes}
+    task_of = task_of_nodes(gm)
+    user = list(captured.user_inputs)
+    for name in user:
+        task_of[name] = name
+    device_of = {t: d for d, ts in device_order.items() for t in ts}
+    tasks = set(task_of.values())
+    missing, extra = sorted(tasks - set(device_of)), sorted(set(device_of) - tasks)
+    if missing or extra:
+        raise InputError(f"the plan does not belong to this model's graph: {len(missing)} of its tasks are not "
+                         f"in the plan (e.g. {missing[:3]}), {len(extra)} plan tasks are not in the graph "
+                         f"(e.g. {extra[:3]}); schedule the graph that 'diviml profile' wrote for this model "
+                         "at this batch size")
+    state = tuple(n.name for n in gm.graph.nodes if n.op == "placeholder" and n.name not in user)
+    members: dict[str, list[str]] = {}  # task -> its fx nodes in program order
+    for node in gm.graph.nodes:
+        if node.name in task_of and node.op != "placeholder":
+            members.setdefault(task_of[node.name], []).append(node.name)
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    flat, spec = _pytree.tree_flatten(output.args[0])
+    results = tuple(a.name for a in flat if isinstance(a, torch.fx.Node))
+    if len(results) != len(flat):
+        raise InputError("the model returns constants beside tensors: only tensor outputs can be checked")
+
+    readers: dict[str, set[str]] = {}  # value -> devices reading it (and "result")
+    consumers: dict[str, set[str]] = {r: {"result"} for r in results}  # value -> nodes reading it
+    for node in gm.graph.nodes:
+        if node.name not in task_of or node.op == "placeholder":
+            continue
+        for a in node.all_input_nodes:
+            if a.name in task_of:
+                readers.setdefault(a.name, set()).add(device_of[task_of[node.name]])
+                consumers.setdefault(a.name, set()).add(node.name)
+    for r in results:
+        readers.setdefault(r, set()).add("result")
+
+    pieces: dict[str, tuple[Piece, ...]] = {}
+    for device, order in device_order.items():
+        runs: list[list[str]] = []
+        for t in order:
+            reads_remote = any(device_of.get(task_of.get(a.name, ""), device) != device
+                               for n in members.get(t, []) for a in nodes[n].all_input_nodes)
+            if not runs or reads_remote or _leaves(runs[-1][-1], members, readers, device):
+                runs.append([])
+            runs[-1].append(t)
+        built = []
+        for run in runs:
+            names = [n for t in run for n in members.get(t, [])]
+            if names:
+                built.append(_piece(gm, nodes, names, device, len(built), tuple(run), consumers))
+        pieces[device] = tuple(built)
+    producer = {v: device_of[t] for v, t in task_of.items()}
+    return Program(pieces, producer, tuple(user), state, results, spec)
+
+
+def _leaves(task: str, members, readers, device: str) -> bool:
+    """Does a value of ``task`` go to another device or out of the program?"""
+    return any(readers.get(n, set()) - {device} for n in members.get(task, [task]))
+
+
+def _piece(gm, nodes, names: list[str], device: str, index: int, tasks: tuple[str, ...], consumers) -> Piece:
+    import torch
+    inside = set(names)
+    graph = torch.fx.Graph()
+    env: dict[str, object] = {}
+    inputs: list[str] = []
+    for n in names:
+        for a in nodes[n].all_input_nodes:
+            if a.name not in inside and a.name not in env:
+                env[a.name] = graph.placeholder(a.name)
+                inputs.append(a.name)
+    for n in names:
+        env[n] = graph.node_copy(nodes[n], lambda a: env[a.name])
+    outputs = tuple(n for n in names if consumers.get(n, set()) - inside)  # read by a later piece or returned
+    graph.output(tuple(env[n] for n in outputs))
+    return Piece(device, index, tasks, torch.fx.GraphModule(gm, graph), tuple(inputs), outputs)

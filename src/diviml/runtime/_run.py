@@ -1,0 +1,314 @@
+"""Run a plan on the devices it names, check its outputs, and measure it against its prediction."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import InputError, ValidationError
+from ..plan import Plan
+from ._dist import Comm, init, rank_of_devices
+from ._execute import Executor
+from ._pieces import cut
+
+# outputs must match the unsplit module within these (relative, absolute) tolerances, by dtype: the split
+# program runs the same kernels, but a kernel may sum in another order on another thread count or device
+TOLERANCE = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2)}
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model to run: its name, a builder, and its inputs at a batch size (None: fixed by the factory)."""
+    name: str
+    build: Callable[[], object]
+    inputs: Callable[[int], tuple]
+    batch_fixed: int | None = None
+
+
+def model_source(spec: str) -> ModelSource:
+    """A zoo name, or ``path/to/file.py:factory`` with ``factory() -> (module, example_inputs)``."""
+    from .. import zoo
+    if spec in zoo.MODELS:
+        m = zoo.get(spec)
+        return ModelSource(spec, m.build, m.inputs)
+    path, _, attr = spec.rpartition(":")
+    if not path or not path.endswith(".py"):
+        raise InputError(f"unknown model {spec!r}: give a zoo name (see 'diviml models') or "
+                         "path/to/file.py:factory, a function returning (module, example_inputs)")
+    if not Path(path).is_file():
+        raise InputError(f"model file {path!r} does not exist")
+    module_spec = importlib.util.spec_from_file_location(f"diviml_user_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - the user's file: say what broke
+        raise InputError(f"cannot import {path}: {type(exc).__name__}: {exc}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise InputError(f"{path} has no function {attr!r}: give path/to/file.py:factory")
+    module_obj, example = _call_factory(factory, spec)
+    batch = next((x.shape[0] for x in example if hasattr(x, "shape") and len(x.shape)), 1)
+    return ModelSource(Path(path).stem, lambda: module_obj, lambda _batch: example, batch_fixed=int(batch))
+
+
+def _call_factory(factory, spec: str):
+    try:
+        out = factory()
+        module, example = out
+        example = tuple(example)
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(f"{spec}: the factory must return (module, example_inputs); it gave "
+                         f"{type(exc).__name__}: {exc}") from None
+    return module, example
+
+
+@dataclass(frozen=True)
+class PieceReport:
+    device: str
+    index: int
+    tasks: int
+    first_task: str
+    measured_start_s: float
+    measured_s: float  # median over the timed runs
+    predicted_start_s: float | None
+    predicted_s: float | None
+
+
+@dataclass(frozen=True)
+class RunReport:
+    model: str
+    batch_size: int
+    objective_kind: str
+    world_size: int
+    devices: dict  # plan device -> "rank R: torch device"
+    pieces: int
+    predicted_s: float
+    measured_s: float  # median wall time of one request (latency) or batch
+    measured_min_s: float
+    measured_max_s: float
+    ratio: float  # measured / predicted
+    outputs_match: bool
+    max_abs_error: float
+    eager_s: float  # the unsplit module, this process, the first CPU device's threads
+    repeats: int
+    warmup: int
+    piece_reports: tuple[PieceReport, ...] = ()
+    notes: tuple[str, ...] = ()
+    samples_s: tuple[float, ...] = field(default=(), repr=False)
+
+    @property
+    def throughput(self) -> float:
+        return self.batch_size / self.measured_s if self.measured_s > 0 else math.inf
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "batch_size": self.batch_size, "objective_kind": self.objective_kind,
+                "world_size": self.world_size, "devices": self.devices, "pieces": self.pieces,
+                "predicted_s": self.predicted_s, "measured_s": self.measured_s,
+                "measured_min_s": self.measured_min_s, "measured_max_s": self.measured_max_s,
+                "ratio": self.ratio, "outputs_match": self.outputs_match, "max_abs_error": self.max_abs_error,
+                "eager_s": self.eager_s, "throughput_per_s": self.throughput, "repeats": self.repeats,
+                "warmup": self.warmup, "notes": list(self.notes), "samples_s": list(self.samples_s),
+                "piece_reports": [p.__dict__ for p in self.piece_reports]}
+
+
+def torch_devices(platform, devices: list[str], rank_of: dict[str, int], rank: int) -> dict:
+    """Plan device -> torch device for the devices of this rank; a GPU the machine lacks is an InputError."""
+    import torch
+    out, gpus = {}, 0
+    for name in devices:
+        d = platform.by_name[name]
+        if rank_of[name] != rank:
+            continue
+        if d.type == "cpu":
+            out[name] = torch.device("cpu")
+            continue
+        if not torch.cuda.is_available():
+            raise InputError(f"the plan runs tasks on {name!r} (type {d.type}), a GPU, but this machine has none "
+                             "(torch.cuda.is_available() is False): run it where the GPU is, or schedule for a "
+                             "CPU platform such as cpu-workers-2")
+        if gpus >= torch.cuda.device_count():
+            raise InputError(f"the plan needs more GPUs on this rank than the {torch.cuda.device_count()} here")
+        out[name] = torch.device("cuda", gpus)
+        gpus += 1
+    return out
+
+
+def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch: int | None = None,
+        repeats: int = 10, warmup: int = 3, rank: int = 0, world: int = 1, progress=None) -> RunReport:
+    """Cut the model by ``plan``, run it ``warmup + repeats`` times on ``platform``'s devices, check every
+    run's outputs against the unsplit module and report measured beside predicted (``plan.objective``).
+
+    ``problem`` (the plan's problem) gives each piece's predicted time; ``world`` > 1 runs this process as
+    rank ``rank`` of a torch.distributed job (see :func:`~diviml.runtime._dist.rank_of_devices`)."""
+    import torch
+    from torch.utils import _pytree
+
+    from ..frontends.pytorch import capture
+
+    if isinstance(source, str):
+        source = model_source(source)
+    if repeats < 1 or warmup < 0:
+        raise InputError(f"--repeats must be >= 1 and --warmup >= 0, got {repeats} and {warmup}")
+    unknown = sorted({a.device for a in plan.assignments} - set(platform.by_name))
+    if unknown:
+        raise InputError(f"the plan uses devices {unknown} that platform {platform.name!r} lacks: give the "
+                         "platform it was scheduled for (--platform)")
+    split = sorted({a.task for a in plan.assignments if (a.batch or plan.batch_size) != plan.batch_size})
+    if split:
+        raise InputError(f"the plan splits the batch of {len(split)} tasks (e.g. {split[0]!r}) across devices; "
+                         "running split sub-batches needs a capture with a dynamic batch dimension, which the "
+                         "runtime does not have yet: run a plan without split tasks")
+    order = plan.device_order
+    if order is None:
+        raise InputError(f"a {plan.objective_kind} plan has no start times to run in order: run a latency or "
+                         "batch plan")
+    batch = batch or plan.batch_size
+    if source.batch_fixed is not None and batch != source.batch_fixed:
+        raise InputError(f"the model's factory gives inputs of batch {source.batch_fixed} but the plan is for "
+                         f"batch {batch}: profile and schedule at the factory's batch")
+    rank_of = rank_of_devices(platform, world)
+    used = sorted({a.device for a in plan.assignments}, key=list(platform.by_name).index)
+    devices = torch_devices(platform, used, rank_of, rank)
+    threads = {d.name: d.threads for d in platform.devices}
+    cpu_threads = next((d.threads for d in platform.devices if d.type == "cpu" and d.threads), None)
+    if cpu_threads:
+        torch.set_num_threads(cpu_threads)
+
+    if progress:
+        progress(f"capturing {source.name} at batch {batch}")
+    torch.manual_seed(0)  # every rank builds the same weights
+    model = source.build()
+    captured = capture(model, source.inputs(batch))
+    program = cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()})
+    values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
+    state = {v: values[v] for v in program.state}
+    inputs = {v: values[v] for v in program.inputs}
+
+    reference, meta = _reference(captured, program, torch)
+    eager = _time_eager(captured, torch, max(3, repeats // 2))
+    comm = None
+    if world > 1:
+        init(rank, world)
+        comm = Comm(program, rank_of, rank, meta)
+    local = {d for d in program.pieces if rank_of[d] == rank}
+    executor = Executor(program, {**devices, **{d: torch.device("cpu") for d in program.pieces if d not in devices}},
+                        threads, state, inputs, comm=comm, local=local)
+    samples, runs, worst = [], [], 0.0
+    match = True
+    try:
+        for i in range(warmup + repeats):
+            if comm is not None:
+                torch.distributed.barrier()
+            results, timings, wall = executor.run()
+            ok, err = _compare(results, reference, torch)
+            match, worst = match and ok, max(worst, err)
+            if comm is not None:
+                wall, match, worst = _agree(torch, wall, match, worst)
+            if i >= warmup:
+                samples.append(wall)
+                runs.append(timings)
+            if progress and (i + 1) % max(1, (warmup + repeats) // 5) == 0:
+                progress(f"  run {i + 1}/{warmup + repeats}: {wall * 1e3:.3f} ms")
+    finally:
+        executor.close()
+    if comm is not None:
+        gathered = [None] * world
+        torch.distributed.all_gather_object(gathered, runs)
+        runs = [sum((g[k] for g in gathered), []) for k in range(len(runs))]
+    if not match:
+        raise ValidationError(f"the split program's outputs differ from the unsplit module's (largest absolute "
+                              f"difference {worst:.3g}, beyond the tolerance for their dtype): the plan or the "
+                              "runtime is wrong; report it with the plan")
+    measured = statistics.median(samples)
+    predicted, spans = plan.objective, None
+    notes = []
+    if problem is not None:  # the plan's device order re-timed on the given graph (it may be a calibrated one)
+        from ..simulate import schedule
+        timed = schedule(problem, plan.parts, order)
+        spans = {j.task: (j.start, j.finish) for j in timed.jobs}
+        if abs(timed.makespan - predicted) > 1e-9 * max(predicted, 1e-12):
+            notes.append(f"predicted on the given graph: {timed.makespan:.6g} s (the plan said {predicted:.6g} s)")
+        predicted = timed.makespan
+    pieces = _piece_reports(program, runs, spans)
+    if source.batch_fixed is None and batch != plan.batch_size:
+        notes.append(f"ran at batch {batch}, the plan was made for batch {plan.batch_size}")
+    return RunReport(source.name, batch, plan.objective_kind, world,
+                     {d: f"rank {rank_of[d]}: {devices[d]}" if d in devices else f"rank {rank_of[d]}" for d in used},
+                     sum(len(p) for p in program.pieces.values()), predicted, measured, min(samples), max(samples),
+                     measured / predicted if predicted > 0 else math.inf, match, worst, eager, repeats, warmup,
+                     pieces, tuple(notes), tuple(samples))
+
+
+def _reference(captured, program, torch):
+    """The unsplit module's results (flat, in the program's order) and every tensor value's shape and dtype."""
+    meta: dict[str, tuple] = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, node):
+            value = super().run_node(node)
+            if isinstance(value, torch.Tensor):
+                meta[node.name] = (tuple(value.shape), value.dtype)
+            return value
+
+    with torch.no_grad():
+        out = Recorder(captured.gm).run(*captured.args)
+    flat, _ = torch.utils._pytree.tree_flatten(out)
+    return dict(zip(program.results, flat)), meta
+
+
+def _time_eager(captured, torch, repeats: int) -> float:
+    import time
+    with torch.no_grad():
+        captured.gm(*captured.args)
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            captured.gm(*captured.args)
+            samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def _compare(results: dict, reference: dict, torch) -> tuple[bool, float]:
+    ok, worst = True, 0.0
+    for name, value in results.items():
+        ref = reference[name]
+        if not isinstance(ref, torch.Tensor):
+            ok = ok and value == ref
+            continue
+        value = value.to(ref.device)
+        if ref.dtype.is_floating_point:
+            rtol, atol = TOLERANCE.get(str(ref.dtype).removeprefix("torch."), (1e-4, 1e-5))
+            diff = (value.double() - ref.double()).abs().max().item() if ref.numel() else 0.0
+            worst = max(worst, diff)
+            ok = ok and value.shape == ref.shape and torch.allclose(value, ref, rtol=rtol, atol=atol)
+        else:
+            ok = ok and torch.equal(value, ref)
+    return ok, worst
+
+
+def _agree(torch, wall: float, match: bool, worst: float):
+    """Across ranks: the slowest rank's wall time, every rank's match, the largest error."""
+    t = torch.tensor([wall, 0.0 if match else 1.0, worst], dtype=torch.float64)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return float(t[0]), bool(t[1] == 0.0), float(t[2])
+
+
+def _piece_reports(program, runs, spans: dict | None) -> tuple[PieceReport, ...]:
+    out = []
+    for device, pieces in program.pieces.items():
+        for p in pieces:
+            seen = [r for timings in runs for r in timings if r.device == device and r.index == p.index]
+            if not seen:
+                continue
+            pred_start = pred = None
+            if spans is not None:
+                pred_start = min(spans[t][0] for t in p.tasks)
+                pred = max(spans[t][1] for t in p.tasks) - pred_start
+            out.append(PieceReport(device, p.index, len(p.tasks), p.tasks[0],
+                                   statistics.median(r.start for r in seen),
+                                   statistics.median(r.finish - r.start for r in seen), pred_start, pred))
+    return tuple(sorted(out, key=lambda r: r.measured_start_s))
