@@ -205,8 +205,9 @@ def cmd_run(args) -> dict:
             raise InputError(f"--nproc must be >= 1, got {args.nproc}")
         if "RANK" in os.environ:
             raise InputError("--nproc starts the ranks itself: do not combine it with torchrun")
-        rest = [a for a in (args.argv or []) if a not in ("--nproc", str(args.nproc)) and not a.startswith("--nproc=")]
-        text = launch(rest, args.nproc)
+        from .runtime import rank_of_devices
+        rank_of_devices(Platform.load(args.platform or "paper-server"), args.nproc)  # refuse a wrong size here
+        text = launch(_without_option(args.argv, "--nproc"), args.nproc)
         return {"_text": text}
     if args.calibrate_out and not args.graph:
         raise InputError("--calibrate-out needs --graph (the profiled graph the plan was made from)")
@@ -244,6 +245,19 @@ def cmd_run(args) -> dict:
     out["written"] = [p for p, _ in outputs]
     if rank != 0:
         return {"_text": ""}
+    return out
+
+
+def _without_option(argv: list[str], option: str) -> list[str]:
+    """``argv`` less ``option VALUE`` / ``option=VALUE``."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == option:
+            skip = True
+        elif not a.startswith(option + "="):
+            out.append(a)
     return out
 
 

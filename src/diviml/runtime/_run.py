@@ -137,6 +137,19 @@ def torch_devices(platform, devices: list[str], rank_of: dict[str, int], rank: i
     return out
 
 
+def _placed(platform, used: list[str], rank_of: dict[str, int]) -> dict[str, str]:
+    """Plan device -> "rank R: torch device", by the rule :func:`torch_devices` applies on every rank."""
+    out, gpus = {}, {}
+    for name in used:
+        r = rank_of[name]
+        if platform.by_name[name].type == "cpu":
+            out[name] = f"rank {r}: cpu"
+        else:
+            out[name] = f"rank {r}: cuda:{gpus.get(r, 0)}"
+            gpus[r] = gpus.get(r, 0) + 1
+    return out
+
+
 def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch: int | None = None,
         repeats: int = 10, warmup: int = 3, rank: int = 0, world: int = 1, progress=None) -> RunReport:
     """Cut the model by ``plan``, run it ``warmup + repeats`` times on ``platform``'s devices, check every
@@ -184,6 +197,8 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     model = source.build()
     captured = capture(model, source.inputs(batch))
     program = cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()})
+    if problem is not None:
+        _check_edges(captured, problem.graph)
     values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
     state = {v: values[v] for v in program.state}
     inputs = {v: values[v] for v in program.inputs}
@@ -219,6 +234,8 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
         gathered = [None] * world
         torch.distributed.all_gather_object(gathered, runs)
         runs = [sum((g[k] for g in gathered), []) for k in range(len(runs))]
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()  # gloo's threads end before the interpreter does
     if not match:
         raise ValidationError(f"the split program's outputs differ from the unsplit module's (largest absolute "
                               f"difference {worst:.3g}, beyond the tolerance for their dtype): the plan or the "
@@ -237,10 +254,23 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     if source.batch_fixed is None and batch != plan.batch_size:
         notes.append(f"ran at batch {batch}, the plan was made for batch {plan.batch_size}")
     return RunReport(source.name, batch, plan.objective_kind, world,
-                     {d: f"rank {rank_of[d]}: {devices[d]}" if d in devices else f"rank {rank_of[d]}" for d in used},
+                     _placed(platform, used, rank_of),
                      sum(len(p) for p in program.pieces.values()), predicted, measured, min(samples), max(samples),
                      measured / predicted if predicted > 0 else math.inf, match, worst, eager, repeats, warmup,
                      pieces, tuple(notes), tuple(samples))
+
+
+def _check_edges(captured, graph) -> None:
+    """The captured program's task-level edges must be the graph's: same names wired otherwise is another model."""
+    from ._pieces import task_of_nodes
+    task_of = task_of_nodes(captured.gm)
+    task_of.update({u: u for u in captured.user_inputs})
+    edges = {(task_of[a.name], task_of[n.name]) for n in captured.gm.graph.nodes if n.name in task_of
+             for a in n.all_input_nodes if a.name in task_of and task_of[a.name] != task_of[n.name]}
+    differ = edges ^ set(graph.edges)
+    if differ:
+        raise InputError(f"the model's captured graph and the given graph have the same tasks but {len(differ)} "
+                         f"different edges (e.g. {sorted(differ)[0]}): give the graph profiled from this model")
 
 
 def _reference(captured, program, torch):

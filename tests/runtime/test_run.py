@@ -1,0 +1,243 @@
+"""Running a plan on real devices: the split program gives the unsplit module's outputs, runs its devices
+concurrently, refuses what it cannot run with one line, and measures what the plan predicted."""
+
+import json
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+
+import diviml
+from diviml import Assignment, InputError, Objective, Plan, Problem, preset
+from diviml.frontends.pytorch import profile_zoo
+from diviml.runtime import calibrated_graph, cut, model_source, rank_of_devices, run
+from diviml.simulate import schedule
+
+CPU2 = preset("cpu-workers-2")
+
+
+def profiled(name: str) -> Problem:
+    return Problem(profile_zoo(name, repeats=1, min_time_s=0.0), CPU2, Objective("latency"))
+
+
+def plan_from_placement(problem: Problem, placement: dict[str, str], solver: str = "hand") -> Plan:
+    """A runnable plan: every task on its device, started as early as the plan's list order allows."""
+    parts = {t: [(d, problem.batch_size)] for t, d in placement.items()}
+    timed = schedule(problem, parts)
+    return Plan("latency", tuple(Assignment(j.task, j.device, j.start) for j in timed.jobs), timed.makespan, 0.0,
+                "feasible", solver, batch_size=problem.batch_size)
+
+
+def random_plan(problem: Problem, seed: int) -> Plan:
+    rng = random.Random(seed)
+    return plan_from_placement(problem, {t.id: rng.choice(["worker0", "worker1"]) for t in problem.graph.tasks})
+
+
+@pytest.fixture(scope="module", params=["gpt-tiny", "bert-tiny", "randwire-ws-s0", "resnet18"])
+def model(request):
+    return request.param, profiled(request.param)
+
+
+def test_the_solvers_plan_and_a_random_plan_give_the_unsplit_modules_outputs(model):
+    name, problem = model
+    for plan in (diviml.solve(problem, "heft", time_limit=30), random_plan(problem, seed=1)):
+        report = run(name, plan, CPU2, problem=problem, repeats=2, warmup=1)
+        assert report.outputs_match and report.max_abs_error <= 1e-4
+        assert report.pieces == sum(1 for _ in report.piece_reports)
+        assert report.measured_s > 0 and report.ratio == pytest.approx(report.measured_s / report.predicted_s)
+
+
+def test_a_piece_ends_where_a_value_leaves_its_device_and_starts_where_one_arrives():
+    problem = profiled("gpt-tiny")
+    plan = random_plan(problem, seed=3)
+    from diviml.frontends.pytorch import capture
+    m = model_source("gpt-tiny")
+    program = cut(capture(m.build(), m.inputs(1)), {d: [t for t, _ in ts] for d, ts in plan.device_order.items()})
+    placement = plan.placement
+    graph = problem.graph
+    for device, pieces in program.pieces.items():
+        assert [t for p in pieces for t in p.tasks] == [t for t, _ in plan.device_order[device]]
+        for p in pieces:
+            for t in p.tasks[1:]:  # only a piece's first task may read another device's output
+                assert all(placement[u] == device for u in graph.predecessors[t])
+            for t in p.tasks[:-1]:  # only its last task's output may leave the device
+                assert all(placement[v] == device for v in graph.successors[t])
+
+
+def test_two_cpu_workers_run_their_pieces_at_the_same_time(tmp_path):
+    # two independent matrix-product chains, one per worker: their pieces must overlap in time
+    (tmp_path / "branches.py").write_text(
+        "import torch\n"
+        "class Two(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.a = torch.nn.Linear(512, 512)\n"
+        "        self.b = torch.nn.Linear(512, 512)\n"
+        "    def forward(self, x):\n"
+        "        u, v = x, x\n"
+        "        for _ in range(6):\n"
+        "            u, v = torch.tanh(self.a(u)), torch.tanh(self.b(v))\n"
+        "        return u + v\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Two(), (torch.randn(256, 512),)\n")
+    spec = f"{tmp_path / 'branches.py'}:make"
+    source = model_source(spec)
+    from diviml.frontends.pytorch import profile
+    graph = profile(source.build, source.inputs, name="branches", batches=[256], repeats=1, min_time_s=0.0)
+    problem = Problem(graph, CPU2, Objective("latency"))
+    plan = diviml.solve(problem, "exact", time_limit=30)
+    assert len(set(plan.placement.values())) == 2
+    report = run(source, plan, CPU2, problem=problem, repeats=3, warmup=1)
+    assert report.outputs_match
+    spans = {d: [(p.measured_start_s, p.measured_start_s + p.measured_s) for p in report.piece_reports
+                 if p.device == d] for d in ("worker0", "worker1")}
+    overlap = max(min(f0, f1) - max(s0, s1) for s0, f0 in spans["worker0"] for s1, f1 in spans["worker1"])
+    assert overlap > 0
+
+
+def test_calibration_makes_each_pieces_tasks_sum_to_what_the_piece_measured():
+    problem = profiled("bert-tiny")
+    plan = random_plan(problem, seed=2)
+    report = run("bert-tiny", plan, CPU2, problem=problem, repeats=2, warmup=1)
+    calibrated = Problem(calibrated_graph(report, plan, problem), CPU2, problem.objective)
+    order = plan.device_order
+    for p in report.piece_reports:
+        tasks = [t for t, _ in order[p.device]]
+        first = tasks.index(p.first_task)
+        total = sum(calibrated.time(t, p.device) for t in tasks[first:first + p.tasks])
+        if p.predicted_s:
+            assert total == pytest.approx(p.measured_s, rel=1e-9)
+
+
+def test_a_plan_for_another_graph_is_refused():
+    problem = profiled("gpt-tiny")
+    plan = diviml.solve(problem, "heft", time_limit=10)
+    with pytest.raises(InputError, match="does not belong to this model's graph"):
+        run("resnet18", plan, CPU2, repeats=1, warmup=0)
+
+
+def test_a_graph_with_the_same_task_names_but_other_edges_is_refused(tmp_path):
+    from diviml.frontends.pytorch import profile
+    for name, wiring in (("parallel", "torch.sigmoid(x)"), ("chained", "torch.sigmoid(a)")):
+        (tmp_path / f"{name}.py").write_text(
+            "import torch\n"
+            "class M(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            f"        a = torch.relu(x)\n        b = {wiring}\n        return a * b\n"
+            "def make():\n    return M(), (torch.randn(2, 8),)\n")
+    parallel = model_source(f"{tmp_path / 'parallel.py'}:make")
+    problem = Problem(profile(parallel.build, parallel.inputs, name="parallel", batches=[2], repeats=1,
+                              min_time_s=0.0), CPU2)
+    plan = random_plan(problem, seed=0)
+    assert run(parallel, plan, CPU2, problem=problem, repeats=1, warmup=0).outputs_match
+    with pytest.raises(InputError, match="edges"):
+        run(f"{tmp_path / 'chained.py'}:make", plan, CPU2, problem=problem, repeats=1, warmup=0)
+
+
+def test_a_plan_needing_more_gpus_than_the_machine_has_is_refused():
+    import torch
+    gpus = torch.cuda.device_count() + 1  # one more than here, on any machine
+    platform = diviml.Platform.from_dict({"devices": [{"name": "cpu", "type": "cpu", "host": True}] + [
+        {"name": f"gpu{i}", "type": "a100", "link": {"bandwidth": 3e10}} for i in range(gpus)]})
+    problem = Problem(profile_zoo("gpt-tiny", repeats=1, min_time_s=0.0), platform, Objective("latency"))
+    tasks = list(problem.graph.topological_order)
+    placement = {t: f"gpu{k % gpus}" for k, t in enumerate(tasks)}
+    with pytest.raises(InputError, match="GPU"):
+        run("gpt-tiny", plan_from_placement(problem, placement), platform, repeats=1, warmup=0)
+
+
+def test_a_world_size_that_matches_neither_servers_nor_devices_is_refused():
+    assert rank_of_devices(CPU2, 2) == {"worker0": 0, "worker1": 1}
+    assert rank_of_devices(preset("cpu-ranks-2"), 2) == {"rank0": 0, "rank1": 1}
+    with pytest.raises(InputError, match="--nproc 1"):
+        rank_of_devices(CPU2, 3)
+
+
+def test_a_plan_that_splits_a_tasks_batch_is_refused_with_what_is_missing():
+    problem = profiled("gpt-tiny")
+    plan = diviml.solve(problem, "heft", time_limit=10)
+    t = plan.assignments[-1]
+    split = Plan("batch", plan.assignments[:-1] + (Assignment(t.task, "worker0", t.start, 1),
+                                                   Assignment(t.task, "worker1", t.start, 1)),
+                 plan.objective, 0.0, "feasible", "hand", batch_size=2)
+    with pytest.raises(InputError, match="dynamic batch"):
+        run("gpt-tiny", split, CPU2, repeats=1, warmup=0)
+
+
+# -- the command line, as a user runs it ---------------------------------------------------------------
+def cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "diviml", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def gpt_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("run")
+    r = cli("profile", "gpt-tiny", "--platform", "cpu-workers-2", "--out", d / "g.json", "--min-time", "0",
+            "--repeats", "1", "--quiet")
+    assert r.returncode == 0, r.stderr
+    r = cli("schedule", d / "g.json", "--platform", "cpu-workers-2", "--solver", "heft", "--out", d / "plan.json",
+            "--quiet")
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+def test_run_prints_the_promised_fields_and_writes_trace_gantt_and_calibrated_graph(gpt_files):
+    d = gpt_files
+    r = cli("run", "gpt-tiny", d / "plan.json", "--platform", "cpu-workers-2", "--graph", d / "g.json", "--json",
+            "--repeats", "3", "--trace", d / "t.json", "--gantt", d / "m.html", "--gantt", d / "m.png",
+            "--calibrate-out", d / "g2.json", "--quiet")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["outputs_match"] is True and out["world_size"] == 1
+    assert {"predicted_s", "measured_s", "ratio", "outputs_match"} <= set(out)
+    trace = json.loads((d / "t.json").read_text())
+    assert any(e["ph"] == "X" and e["pid"] == 1 for e in trace["traceEvents"])
+    assert (d / "m.png").read_bytes()[:4] == b"\x89PNG" and "<svg" in (d / "m.html").read_text()
+    again = cli("schedule", d / "g2.json", "--platform", "cpu-workers-2", "--solver", "heft", "--json", "--quiet")
+    assert again.returncode == 0, again.stderr
+
+
+def test_run_as_two_gloo_ranks_gives_the_same_outputs(gpt_files):
+    d = gpt_files
+    r = cli("run", "gpt-tiny", d / "plan.json", "--platform", "cpu-workers-2", "--json", "--repeats", "2",
+            "--nproc", "2", "--quiet")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["outputs_match"] is True and out["world_size"] == 2
+    assert set(out["devices"].values()) == {"rank 0: cpu", "rank 1: cpu"}
+
+
+def test_bad_runs_are_one_line_and_exit_2_with_nothing_written(gpt_files, tmp_path):
+    d = gpt_files
+    cases = [("resnet18", d / "plan.json", ["--platform", "cpu-workers-2"], "does not belong"),
+             ("gpt-tiny", d / "plan.json", ["--platform", "paper-server"], "lacks"),
+             ("gpt-tiny", d / "plan.json", ["--platform", "cpu-workers-2", "--nproc", "3"], "world size 3"),
+             ("nosuch.py:make", d / "plan.json", [], "does not exist")]
+    for model, plan, extra, message in cases:
+        r = cli("run", model, plan, *extra, "--trace", tmp_path / "t.json", "--quiet")
+        assert r.returncode == 2, (model, extra, r.stderr)
+        assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / "t.json").exists()
+
+
+def test_a_rank_that_dies_ends_the_run_promptly_naming_it(gpt_files, tmp_path):
+    (tmp_path / "dies.py").write_text(
+        "import os, torch\n"
+        "def make():\n"
+        "    if os.environ.get('RANK') == '1':\n"
+        "        os._exit(3)\n"
+        "    return torch.nn.Linear(4, 4), (torch.randn(1, 4),)\n")
+    plan = tmp_path / "p.json"
+    from diviml.frontends.pytorch import profile
+    source = model_source(f"{tmp_path / 'dies.py'}:make")
+    problem = Problem(profile(source.build, source.inputs, name="dies", repeats=1, min_time_s=0.0), CPU2)
+    placement = {t.id: ("worker0", "worker1")[k % 2] for k, t in enumerate(problem.graph.tasks)}
+    plan_from_placement(problem, placement).save(plan)
+    started = time.perf_counter()
+    r = cli("run", f"{tmp_path / 'dies.py'}:make", plan, "--platform", "cpu-workers-2", "--nproc", "2", "--quiet")
+    assert r.returncode == 2 and "rank 1 of 2 failed (exit status 3)" in r.stderr, r.stderr
+    assert time.perf_counter() - started < 60
