@@ -1,0 +1,170 @@
+"""Benchmark: plans run on this machine's CPU workers, measured beside what they predicted.
+
+For each model and platform: profile with the platform's thread count, schedule with split (latency),
+run the plan (outputs checked every run), write the measured times back (--calibrate-out), schedule again
+on the calibrated graph and run that plan; run the best single worker's plan the same way. Every step is
+the CLI a user runs (`diviml profile / schedule / run --json`), `cpu-ranks-2` as two gloo ranks
+(`--nproc 2`). Prints a table and writes benchmarks/results/runtime_fidelity.md.
+
+Columns: predicted and measured latency (ms, median of the timed runs) of the split plan before and after
+calibration, their ratio, whether outputs matched on every run, the best single worker's plan measured,
+and the measured speed-up of the calibrated split plan over it. 'overhead' is the one-piece plan's
+measured time less the unsplit module's eager time in the same process (the runtime's cost for one piece).
+
+    python benchmarks/runtime_fidelity.py                       # the table
+    python benchmarks/runtime_fidelity.py --link                # gloo send/recv cost between two ranks here
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+OUT = Path(__file__).parent / "results" / "runtime_fidelity.md"
+LINK_OUT = Path(__file__).parent / "results" / "runtime_link_gloo.md"
+MODELS = ["googlenet", "inception_v3", "randwire-ws-s0", "resnet50", "gpt2-small"]
+PLATFORMS = [("cpu-workers-2", 1), ("cpu-ranks-2", 2)]
+
+
+def diviml(*args) -> dict:
+    r = subprocess.run([sys.executable, "-m", "diviml", *map(str, args), "--json", "--quiet"], capture_output=True,
+                       text=True, timeout=3600)
+    if r.returncode != 0:
+        raise RuntimeError(f"diviml {' '.join(map(str, args))}: {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
+
+def row(model: str, platform: str, nproc: int, work: Path, repeats: int, min_time: float) -> dict:
+    g = work / f"{model}-{platform}.json"
+    diviml("profile", model, "--platform", platform, "--out", g, "--min-time", min_time)
+    run_args = ["--platform", platform, "--repeats", repeats] + (["--nproc", nproc] if nproc > 1 else [])
+    out = {"model": model, "platform": platform + (f" ({nproc} ranks)" if nproc > 1 else "")}
+    plans = {}
+    for name, graph, solver in (("single", g, "best-device"), ("split", g, "split")):
+        plans[name] = work / f"{model}-{platform}-{name}.json"
+        diviml("schedule", graph, "--platform", platform, "--solver", solver, "--out", plans[name],
+               "--time-limit", 120)
+    single = diviml("run", model, plans["single"], "--graph", g, *run_args)
+    calibrated = work / f"{model}-{platform}-calibrated.json"
+    before = diviml("run", model, plans["split"], "--graph", g, "--calibrate-out", calibrated, *run_args)
+    plans["after"] = work / f"{model}-{platform}-after.json"
+    diviml("schedule", calibrated, "--platform", platform, "--solver", "split", "--out", plans["after"],
+           "--time-limit", 120)
+    after = diviml("run", model, plans["after"], "--graph", calibrated, *run_args)
+    out.update(predicted=before["predicted_s"], measured=before["measured_s"], ratio=before["ratio"],
+               predicted_after=after["predicted_s"], measured_after=after["measured_s"], ratio_after=after["ratio"],
+               match=before["outputs_match"] and after["outputs_match"] and single["outputs_match"],
+               single=single["measured_s"], speedup=single["measured_s"] / after["measured_s"],
+               pieces=after["pieces"], overhead=single["measured_s"] - single["eager_s"] if nproc == 1 else None)
+    return out
+
+
+def table(rows: list[dict], command: str) -> str:
+    lines = [
+        "# Plans run on this machine: measured beside predicted", "",
+        f"Command: `{command}`; machine: 2 cores, shared; latency in ms, median of the timed runs. 'before': "
+        "the split plan on the profiled graph; 'after': split again on the graph calibrated by that run, and run. "
+        "'single': the best single worker's plan, run. Speed-up: single / after, both measured. Overhead: the "
+        "one-piece plan's time less the eager module's in the same process.", "",
+        "| model | platform | predicted | measured | ratio | predicted after | measured after | ratio after | "
+        "outputs match | single measured | speed-up | pieces | overhead (us) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['platform']} | {r['error'][:120]} |" + " |" * 11)
+            continue
+        over = "" if r["overhead"] is None else f"{r['overhead'] * 1e6:.0f}"
+        lines.append(f"| {r['model']} | {r['platform']} | {r['predicted'] * 1e3:.2f} | {r['measured'] * 1e3:.2f} | "
+                     f"{r['ratio']:.3f} | {r['predicted_after'] * 1e3:.2f} | {r['measured_after'] * 1e3:.2f} | "
+                     f"{r['ratio_after']:.3f} | {'yes' if r['match'] else 'NO'} | {r['single'] * 1e3:.2f} | "
+                     f"{r['speedup']:.3f} | {r['pieces']} | {over} |")
+    return "\n".join(lines) + "\n"
+
+
+PINGPONG = """
+import statistics, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for n in [4, 1024, 16384, 262144, 1048576, 4194304]:
+    t = torch.zeros(n // 4)
+    samples = []
+    for i in range(40):
+        dist.barrier()
+        t0 = time.perf_counter()
+        if rank == 0:
+            dist.send(t, 1); dist.recv(t, 1)
+        else:
+            dist.recv(t, 0); dist.send(t, 0)
+        samples.append((time.perf_counter() - t0) / 2)
+    if rank == 0:
+        print(n, statistics.median(samples[5:]), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def link() -> str:
+    """One-way gloo send/recv time between two ranks on this host, by ping-pong."""
+    from diviml.runtime._dist import free_port
+    import os
+    port = free_port()
+    with tempfile.TemporaryDirectory() as d:
+        script = Path(d) / "pingpong.py"
+        script.write_text(PINGPONG)
+        procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
+                                           WORLD_SIZE="2", OMP_NUM_THREADS="1")) for r in range(2)]
+        text = procs[0].communicate(timeout=600)[0]
+        procs[1].wait(timeout=60)
+    points = [(int(a), float(b)) for a, b in (line.split() for line in text.splitlines() if line.strip())]
+    (n0, t0), (n1, t1) = points[-2], points[-1]
+    bandwidth = (n1 - n0) / (t1 - t0)
+    lines = ["# gloo send/recv between two ranks on this host (one-way, median of 35 ping-pongs)", "",
+             "Command: `python benchmarks/runtime_fidelity.py --link`", "", "| bytes | one-way (us) |", "|---|---|"]
+    lines += [f"| {n} | {t * 1e6:.1f} |" for n, t in points]
+    lines += ["", f"Fit for a platform's network link: latency {statistics.median(t for n, t in points if n <= 16384) * 1e6:.0f} us "
+              f"(median up to 16 KiB), bandwidth {bandwidth / 1e9:.2f} GB/s (between the two largest sizes)."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--platforms", nargs="+", default=[p for p, _ in PLATFORMS])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--min-time", type=float, default=2.0, help="profiling seconds per model")
+    parser.add_argument("--link", action="store_true", help="measure gloo's send/recv cost instead")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    command = "python " + " ".join([sys.argv[0], *sys.argv[1:]])
+    if args.link:
+        text = link()
+        target = args.out or LINK_OUT
+    else:
+        rows = []
+        nprocs = dict(PLATFORMS)
+        with tempfile.TemporaryDirectory() as d:
+            for model in args.models:
+                for platform in args.platforms:
+                    t0 = time.perf_counter()
+                    try:
+                        rows.append(row(model, platform, nprocs.get(platform, 1), Path(d), args.repeats, args.min_time))
+                    except RuntimeError as exc:
+                        rows.append({"model": model, "platform": platform, "error": str(exc)})
+                    print(f"{model} on {platform}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        text = table(rows, command)
+        target = args.out or OUT
+    print(text)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    print(f"wrote {target}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
