@@ -63,24 +63,25 @@ class Comm:
         self.src = {v: rank_of[program.producer[v]] for v in self.needs}
         for v in self.needs:
             if v not in meta:
-                raise InputError(f"value {v!r} crosses ranks but is not a tensor: only tensors can be sent between "
-                                 "ranks; put its producer and readers on one server")
+                raise InputError(f"value {v!r} crosses ranks but is neither a tensor nor an int: put its producer "
+                                 "and readers on one server")
         self.meta = meta
 
     def send(self, name: str, value) -> list:
         import torch.distributed as dist
         if name not in self.needs or self.src[name] != self.rank:
             return []
-        host = value.detach().cpu().contiguous()
+        import torch
+        host = torch.tensor([value]) if isinstance(value, int) else value.detach().cpu().contiguous()
         return [_Sent(dist.isend(host, r, tag=self.tag[name]), host) for r in sorted(self.needs[name])]
 
     def recv(self, name: str):
         import torch
         import torch.distributed as dist
         shape, dtype = self.meta[name]
-        buffer = torch.empty(shape, dtype=dtype)
+        buffer = torch.empty((1,) if dtype is int else shape, dtype=torch.int64 if dtype is int else dtype)
         dist.recv(buffer, self.src[name], tag=self.tag[name])
-        return buffer
+        return int(buffer[0]) if dtype is int else buffer
 
 
 class _Sent:

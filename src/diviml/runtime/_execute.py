@@ -75,6 +75,11 @@ class Executor:
         self.errors: list[BaseException] = []
         self.sends: list = []
         self.t0 = time.perf_counter()
+        if self.comm is not None:  # user inputs held here that another rank reads: sent as the request starts
+            for v in self.program.inputs:
+                d = self.program.producer[v]
+                if d in self.local:
+                    self.sends.extend(self.comm.send(v, self.base[v, str(self.torch_device[d])]))
         self._go.wait()
         self._done.wait()
         wall = time.perf_counter() - self.t0
