@@ -52,13 +52,15 @@ def test_the_solvers_plan_and_a_random_plan_give_the_unsplit_modules_outputs(mod
 def test_a_piece_ends_where_a_value_leaves_its_device_and_starts_where_one_arrives():
     problem = profiled("gpt-tiny")
     plan = random_plan(problem, seed=3)
-    from diviml.frontends.pytorch import capture
+    from diviml.frontends.pytorch import capture_at
     m = model_source("gpt-tiny")
-    program = cut(capture(m.build(), m.inputs(1)), {d: [t for t, _ in ts] for d, ts in plan.device_order.items()})
+    program = cut(capture_at(m.build(), m.inputs, 1), {d: [t for t, _ in ts] for d, ts in plan.device_order.items()})
     placement = plan.placement
     graph = problem.graph
     for device, pieces in program.pieces.items():
-        assert [t for p in pieces for t in p.tasks] == [t for t, _ in plan.device_order[device]]
+        inputs = set(program.inputs)  # given, not run: no piece holds them unless a run of tasks starts with one
+        assert [t for p in pieces for t in p.tasks if t not in inputs] == [
+            t for t, _ in plan.device_order[device] if t not in inputs]
         for p in pieces:
             for t in p.tasks[1:]:  # only a piece's first task may read another device's output
                 assert all(placement[u] == device for u in graph.predecessors[t])
@@ -209,6 +211,16 @@ def test_run_as_two_gloo_ranks_gives_the_same_outputs(gpt_files):
     out = json.loads(r.stdout)
     assert out["outputs_match"] is True and out["world_size"] == 2
     assert set(out["devices"].values()) == {"rank 0: cpu", "rank 1: cpu"}
+    # the input on one rank, its readers on the other: it is sent as the request starts
+    problem = Problem(diviml.TaskGraph.load(d / "g.json"), CPU2, Objective("latency"))
+    readers = set(problem.graph.successors["tokens"])
+    placement = {t.id: "worker1" if t.id in readers else random.Random(t.id).choice(["worker0", "worker1"])
+                 for t in problem.graph.tasks} | {"tokens": "worker0"}
+    plan_from_placement(problem, placement).save(d / "apart.json")
+    r = cli("run", "gpt-tiny", d / "apart.json", "--platform", "cpu-workers-2", "--json", "--repeats", "1",
+            "--nproc", "2", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["outputs_match"] is True
 
 
 def test_bad_runs_are_one_line_and_exit_2_with_nothing_written(gpt_files, tmp_path):

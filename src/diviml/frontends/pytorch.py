@@ -44,6 +44,7 @@ class Captured:
     user_inputs: list  # placeholder names fed by the caller
     method: str  # "export" or "fx"
     module_path: dict = field(default_factory=dict)  # node name -> module path
+    dynamic_batch: bool = False  # exported with a dynamic batch dimension: runs at any batch size
 
     def run(self):
         return self.gm(*self.args)
@@ -55,19 +56,162 @@ class Captured:
         return next((a.device for a in self.args if isinstance(a, torch.Tensor)), torch.device("cpu"))
 
 
-def capture(model, example_inputs: Sequence) -> Captured:
+def capture(model, example_inputs: Sequence, *, fold_constants: bool = True, dynamic_batch: bool = False) -> Captured:
+    """The model as an fx program; with ``fold_constants`` (the default) what depends on no input is computed
+    here, once, and read by the program as resident state (see :func:`fold`). With ``dynamic_batch`` the
+    first dimension of every input is exported as a symbol (``torch.export.Dim``), and a failure to do so
+    is raised instead of falling back."""
+    captured = _capture(model, example_inputs, dynamic_batch)
+    return fold(captured) if fold_constants else captured
+
+
+def capture_at(model, inputs_fn: Callable[[int], tuple], batch: int, *, fold_constants: bool = True) -> Captured:
+    """One program for every batch size, holding the inputs of ``batch``: exported with a dynamic batch
+    dimension from inputs of batch max(2, ``batch``) (export specialises a size of 1), so its operators and
+    their names are the same at any batch and batch tables line up by construction; where the model does not
+    export that way, the program captured at ``batch`` itself. Profiling and the runtime both capture here,
+    so a plan's task ids are the program's."""
+    inputs = inputs_fn(batch)
+    try:
+        captured = with_inputs(capture(model, inputs_fn(max(2, batch)), fold_constants=fold_constants,
+                                       dynamic_batch=True), inputs)
+    except Exception:  # noqa: BLE001 - dynamic export failed: the static capture (or its clear error) instead
+        return capture(model, inputs, fold_constants=fold_constants)
+    if not _same_outputs(captured, model, inputs):  # a guard on the batch size the program does not hold at ``batch``
+        return capture(model, inputs, fold_constants=fold_constants)
+    return captured
+
+
+def _same_outputs(captured: Captured, model, inputs) -> bool:
+    """Does the program give the module's outputs on these inputs (float tolerance of a reordered sum)?"""
+    torch = _torch()
+    if any(isinstance(x, torch.Tensor) and x.device.type == "meta" for x in inputs):
+        return True  # nothing to compare on meta tensors
+    with torch.no_grad():
+        ours, theirs = captured.run(), model(*inputs)
+    flat_ours = torch.utils._pytree.tree_leaves(ours)
+    flat_theirs = [x for x in torch.utils._pytree.tree_leaves(theirs) if isinstance(x, torch.Tensor)]
+    flat_ours = [x for x in flat_ours if isinstance(x, torch.Tensor)]
+    return len(flat_ours) == len(flat_theirs) and all(
+        a.shape == b.shape and torch.allclose(a.float(), b.float(), rtol=1e-3, atol=1e-4)
+        for a, b in zip(flat_ours, flat_theirs))
+
+
+def with_inputs(captured: Captured, inputs: Sequence) -> Captured:
+    """The same program fed other user inputs (of another batch size, for a dynamically captured one)."""
+    names = [n.name for n in captured.gm.graph.nodes if n.op == "placeholder"]
+    feed = dict(zip(captured.user_inputs, inputs))
+    args = [feed.get(n, a) for n, a in zip(names, captured.args)]
+    return Captured(captured.gm, args, captured.state, captured.user_inputs, captured.method, captured.module_path,
+                    captured.dynamic_batch)
+
+
+def fold(captured: Captured) -> Captured:
+    """Constant folding: every operator that depends on no user input (a weight's transpose, an attention mask,
+    a randomly wired network's edge weights) is computed once; each such value another operator reads becomes
+    a placeholder of the program, like a parameter: resident memory of its readers, not per-request work, as a
+    runtime that loads the model computes it once. Impure operators are left alone."""
+    torch = _torch()
+    gm = captured.gm
+    user = set(captured.user_inputs)
+    constant: set[str] = set()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            if node.name not in user:
+                constant.add(node.name)
+        elif node.op == "get_attr":
+            constant.add(node.name)
+        elif node.op in ("call_function", "call_method", "call_module") and not node.is_impure() and all(
+                a.name in constant for a in node.all_input_nodes):
+            constant.add(node.name)
+    computed = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")
+                and n.name in constant and any(u.name not in constant for u in n.users)]
+    if not computed:
+        return captured
+    wanted = {n.name for n in computed}
+    values: dict[str, object] = {}
+
+    class Keep(torch.fx.Interpreter):
+        def run_node(self, node):
+            value = super().run_node(node)
+            if node.name in wanted:
+                values[node.name] = value
+            return value
+
+    with torch.no_grad():
+        Keep(gm).run(*captured.args)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    by_name = dict(zip([n.name for n in placeholders], captured.args))
+    state = dict(captured.state)
+    with gm.graph.inserting_after(placeholders[-1]):
+        for node in computed:
+            holder = gm.graph.placeholder(f"{node.name}_folded")
+            node.replace_all_uses_with(holder)
+            value = values[node.name]  # detached: a view of a parameter made under no_grad is no autograd node
+            by_name[holder.name] = value.detach() if isinstance(value, torch.Tensor) else value
+            state[holder.name] = f"folded:{node.name}"
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    ordered = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    return Captured(gm, [by_name[n] for n in ordered], state, captured.user_inputs, captured.method,
+                    dict(captured.module_path), captured.dynamic_batch)
+
+
+def _export(torch, model, example_inputs: tuple, shapes):
+    """torch.export, decomposed to core ATen operators; the program as exported where decomposing fails."""
+    with torch.no_grad():
+        program = torch.export.export(model, example_inputs, dynamic_shapes=shapes)
+        try:
+            return program.run_decompositions()
+        except Exception:  # noqa: BLE001 - e.g. a view of a non-contiguous tensor in a decomposition
+            return program
+
+
+def _tensor_outputs(model):
+    """``model`` returning only the tensors among its outputs (in pytree order), as a module named ``inner``."""
+    torch = _torch()
+
+    class TensorOutputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, *args):
+            leaves = torch.utils._pytree.tree_leaves(self.inner(*args))
+            return tuple(x for x in leaves if isinstance(x, torch.Tensor))
+
+    return TensorOutputs()
+
+
+def _capture(model, example_inputs: Sequence, dynamic_batch: bool = False) -> Captured:
     torch = _torch()
     model = model.eval()
     example_inputs = tuple(example_inputs)
-    try:
-        with torch.no_grad():
-            program = torch.export.export(model, example_inputs).run_decompositions()
-    except Exception as exc:  # noqa: BLE001 - any export failure sends us to the fallback
-        export_error = _first_line(exc)
+    shapes = None
+    if dynamic_batch:
+        batch = torch.export.Dim("batch", min=1, max=1 << 20)
+        shapes = tuple({0: batch} if isinstance(x, torch.Tensor) and x.dim() else None for x in example_inputs)
+    errors = []
+    program = None
+    # the module as it is, then (outputs holding objects export cannot flatten, such as HuggingFace's
+    # DynamicCache) the module returning only the tensors of its outputs
+    for candidate, spec in ((model, shapes), (_tensor_outputs(model), None if shapes is None else (shapes,))):
+        try:  # (the wrapper's forward takes *args: its shapes are one tuple for them)
+            program = _export(torch, candidate, example_inputs, spec)
+            break
+        except Exception as exc:  # noqa: BLE001 - any export failure: the next way, then the fallback
+            errors.append(_first_line(exc))
+    if program is None:
+        if dynamic_batch:
+            raise InputError("dynamic export failed: " + "; without non-tensor outputs: ".join(errors))
+        export_error = "; without non-tensor outputs: ".join(dict.fromkeys(errors))
     else:
+        model = candidate
+    if program is not None:
         sig = program.graph_signature
         state = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
-        values = {**dict(model.named_parameters()), **dict(model.named_buffers(remove_duplicate=False))}
+        values = {**dict(model.named_parameters(remove_duplicate=False)),  # tied weights under each name
+                  **dict(model.named_buffers(remove_duplicate=False))}
         constants = getattr(program, "constants", {}) or {}
         args, users = [], []
         user_iter = iter(example_inputs)
@@ -82,17 +226,17 @@ def capture(model, example_inputs: Sequence) -> Captured:
                 args.append(next(user_iter))
                 users.append(node.name)
         paths = {}
+        prefix = "inner." if type(model).__name__ == "TensorOutputs" else ""
         for node in program.graph_module.graph.nodes:
             stack = node.meta.get("nn_module_stack")
             if stack:
-                paths[node.name] = list(stack.values())[-1][0]
-        return Captured(program.graph_module, args, state, users, "export", paths)
+                paths[node.name] = list(stack.values())[-1][0].removeprefix(prefix)
+        return Captured(program.graph_module, args, state, users, "export", paths, dynamic_batch)
     try:
         gm = torch.fx.symbolic_trace(model)
     except Exception as exc:  # noqa: BLE001
         raise InputError(f"cannot capture the model: torch.export failed ({export_error}) and torch.fx failed "
-                         f"({_first_line(exc)}); data-dependent control flow is the usual cause: make it "
-                         "traceable or wrap it in torch.cond") from None
+                         f"({_first_line(exc)})") from None
     users = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     return Captured(gm, list(example_inputs), {}, users, "fx",
                     {n.name: str(n.target) for n in gm.graph.nodes if n.op == "call_module"})
@@ -114,6 +258,7 @@ class NodeRecord:
     bytes_accessed: float
     output_bytes: float
     times: list = field(default_factory=list)  # measured seconds
+    alias: bool = False  # returns a view of an input: no kernel runs
 
 
 def _nbytes(value) -> float:
@@ -122,6 +267,45 @@ def _nbytes(value) -> float:
         return float(value.numel() * value.element_size())
     if isinstance(value, (list, tuple)):
         return sum(_nbytes(v) for v in value)
+    return 0.0
+
+
+# operators that always return a view of their input: no kernel runs, only the tensor's metadata changes
+VIEWS = frozenset({"view", "_unsafe_view", "permute", "expand", "unsqueeze", "squeeze", "select", "slice", "t",
+                   "transpose", "alias", "as_strided", "detach", "diagonal", "unfold", "split", "split_with_sizes",
+                   "unbind", "chunk", "narrow", "view_as", "expand_as"})
+# operators that return a view when they can and copy otherwise: a view where the output shares its input's storage
+MAYBE_VIEWS = frozenset({"reshape", "flatten", "unflatten", "contiguous"})
+
+
+def _is_view(kind: str, inputs: list, result) -> bool:
+    if kind in VIEWS:
+        return True
+    torch = _torch()
+    if kind not in MAYBE_VIEWS or not isinstance(result, torch.Tensor) or result.device.type == "meta":
+        return False
+    ptr = result.untyped_storage().data_ptr()
+    return any(x.untyped_storage().data_ptr() == ptr for x in inputs)
+
+
+def analytic_time(device_type: str, record: "NodeRecord") -> float:
+    """The catalogue's roofline time of an operator; zero for inputs and for views (no kernel runs)."""
+    if record.kind == "input" or record.alias:
+        return 0.0
+    return spec(device_type).roofline(record.flops, record.bytes_accessed)
+
+
+def _stored_bytes(value) -> float:
+    """Bytes a transfer of ``value`` moves: each tensor's elements, or its storage where that is smaller (a
+    stride-0 expand sends its source, not the broadcast view)."""
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        try:
+            return float(min(value.numel() * value.element_size(), value.untyped_storage().nbytes()))
+        except (RuntimeError, NotImplementedError):  # no storage (some tensor subclasses): its elements
+            return _nbytes(value)
+    if isinstance(value, (list, tuple)):
+        return sum(_stored_bytes(v) for v in value)
     return 0.0
 
 
@@ -267,10 +451,10 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
             in_bytes = sum(_nbytes(x) for x in flat)
             if module is not None:
                 in_bytes += sum(_nbytes(p) for p in module.parameters(recurse=False))
-            kind = str(getattr(node.target, "__name__", node.target))
-            return NodeRecord(node.name, kind.split(".")[0], producers, reads,
+            kind = str(getattr(node.target, "__name__", node.target)).split(".")[0]
+            return NodeRecord(node.name, kind, producers, reads,
                               count_flops(node.target, args, result, module), in_bytes + _nbytes(result),
-                              _nbytes(result))
+                              _stored_bytes(result), alias=_is_view(kind, flat, result))
 
     with torch.no_grad():
         started = time.perf_counter()
@@ -322,9 +506,9 @@ def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str, m
         if measured_type and r.times:
             times[measured_type] = statistics.median(r.times)
         elif measured_type:
-            times[measured_type] = spec(measured_type).roofline(r.flops, r.bytes_accessed)
+            times[measured_type] = analytic_time(measured_type, r)
         for t in analytic_types:
-            times[t] = spec(t).roofline(r.flops, r.bytes_accessed) if r.kind != "input" else 0.0
+            times[t] = analytic_time(t, r)
         if r.kind == "input":
             times = {k: 0.0 for k in times}
         table = {dt: dict(v) for dt, v in (extra_times or {}).get(r.name, {}).items()}
@@ -361,7 +545,12 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
     for i, b in enumerate(batches):
         if progress:
             progress(f"profiling {name} at batch {b} ({i + 1}/{len(batches)})")
-        captured = capture(model, inputs_fn(b))
+        if base is None:
+            captured = capture_at(model, inputs_fn, b)
+        elif base[0].dynamic_batch:
+            captured = with_inputs(base[0], inputs_fn(b))
+        else:
+            captured = capture(model, inputs_fn(b))
         records = measure(captured, repeats=repeats if measured_type else 0, warmup=warmup if measured_type else 0,
                           threads=threads, min_time_s=min_time_s, progress=progress)
         per_batch[b] = {r.name: r for r in records}
@@ -370,17 +559,33 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
     captured, records = base
     extra: dict[str, dict[str, dict[int, float]]] = {}
     for b in batches[1:]:
+        _check_same_graph(name, batches[0], records, b, list(per_batch[b].values()))
         for r in records:
-            other = per_batch[b].get(r.name)
-            if other is None or other.kind != r.kind:
-                continue
+            other = per_batch[b][r.name]
             row = extra.setdefault(r.name, {})
             if measured_type and other.times:
                 row.setdefault(measured_type, {})[b] = statistics.median(other.times)
             for t in analytic_types:
-                row.setdefault(t, {})[b] = spec(t).roofline(other.flops, other.bytes_accessed) if r.kind != "input" else 0.0
+                row.setdefault(t, {})[b] = analytic_time(t, other)
     return to_task_graph(captured, records, name=name, measured_type=measured_type, analytic_types=analytic_types,
                          batch_size=batches[0], extra_times=extra)
+
+
+def _check_same_graph(name: str, base: int, records: list, batch: int, others: list) -> None:
+    """Batch tables need the same operators, kinds and wiring at every batch size: the exported graph may
+    change with the batch (a view folded away at batch 1, a shape-specialised path), and times matched by
+    node name would then land on the wrong operators. Refuse rather than mislabel."""
+    def shape(rs):
+        return [(r.name, r.kind, tuple(r.inputs)) for r in rs]
+    a, b = shape(records), shape(others)
+    if a == b:
+        return
+    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    where = f"operator {k} is {a[k][0]} ({a[k][1]})" if k < len(a) else f"batch {batch} has more operators"
+    there = f"{b[k][0]} ({b[k][1]})" if k < len(b) else "nothing"
+    raise InputError(f"{name}: the captured graph changes with the batch size ({len(a)} operators at batch {base}, "
+                     f"{len(b)} at batch {batch}; {where} at batch {base} but {there} at batch {batch}): batch "
+                     "tables cannot be lined up; profile each batch size into its own graph")
 
 
 def _moved(inputs_fn: Callable[[int], tuple], device: str) -> Callable[[int], tuple]:

@@ -160,7 +160,7 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     import torch
     from torch.utils import _pytree
 
-    from ..frontends.pytorch import capture
+    from ..frontends.pytorch import capture_at
 
     if isinstance(source, str):
         source = model_source(source)
@@ -195,7 +195,7 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
         progress(f"capturing {source.name} at batch {batch}")
     torch.manual_seed(0)  # every rank builds the same weights
     model = source.build()
-    captured = capture(model, source.inputs(batch))
+    captured = capture_at(model, source.inputs, batch)
     program = cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()})
     if problem is not None:
         _check_edges(captured, problem.graph)
@@ -282,6 +282,8 @@ def _reference(captured, program, torch):
             value = super().run_node(node)
             if isinstance(value, torch.Tensor):
                 meta[node.name] = (tuple(value.shape), value.dtype)
+            elif isinstance(value, int):  # a size read off an input (dynamic batch): sent as a one-element tensor
+                meta[node.name] = (None, int)
             return value
 
     with torch.no_grad():
