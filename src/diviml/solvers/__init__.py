@@ -25,6 +25,8 @@ REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
                "MILP-SPLIT (DiviML): modules solved exactly in parallel, joined by dynamic programming"),
     SolverInfo("best-device", "best_device", ("latency", "batch", "pipeline", "call-latency"),
                "the whole graph on the single device that runs it fastest (baseline)"),
+    SolverInfo("data-parallel", "data_parallel", ("batch",),
+               "data parallelism with unequal shares: every integer split of the batch over the devices (baseline)"),
     SolverInfo("heft", "heft", ("latency", "batch"),
                "HEFT: upward rank, insertion-based earliest finish time, memory-aware (baseline)"),
     SolverInfo("exact", "exact", ("latency", "batch"),

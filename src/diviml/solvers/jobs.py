@@ -137,11 +137,18 @@ class JobGraph:
 
 def batch_splits(problem: Problem) -> list[tuple[int, ...]]:
     """The batch splits the exact and split solvers search: the whole batch for latency; for the batch
-    objective, L = 1 .. K near-equal sub-batches (K devices, at most one sample each)."""
+    objective, L = 1 .. K near-equal sub-batches (K devices, at most one sample each) and, for L = 2 .. K,
+    sub-batches proportional to the speeds of the L fastest devices (a fast and a slow GPU: 5/3 of 8)."""
     if problem.objective.kind != "batch":
         return [(problem.batch_size,)]
+    from .data_parallel import proportional, speeds
     n, k = problem.batch_size, len(problem.platform.devices)
-    return list(dict.fromkeys(near_equal_split(n, parts) for parts in range(1, min(k, n) + 1)))
+    splits = [near_equal_split(n, parts) for parts in range(1, min(k, n) + 1)]
+    devices = [d.name for d in problem.platform.devices]
+    fastest = sorted((v for v in speeds(problem, devices) if v > 0), reverse=True)
+    for parts in range(2, min(len(fastest), n) + 1):
+        splits.append(tuple(sorted(proportional(n, fastest[:parts]), reverse=True)))
+    return list(dict.fromkeys(s for s in splits if all(x > 0 for x in s)))
 
 
 def near_equal_split(n: int, parts: int) -> tuple[int, ...]:

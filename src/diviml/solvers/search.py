@@ -1,9 +1,10 @@
 """The frame shared by the exact engines (CP-SAT, MILP): baseline first, then the engine, never worse.
 
 For latency the engine solves the one-copy job graph; for the batch objective it solves the batch split
-into L near-equal sub-batches shared by all tasks, for the promising L in 1 .. K (each with its share of
-the time, see :func:`promising_splits`). The plan returned is the best of the engine's and the baseline's
-(HEFT, best single device), with the best bound.
+into sub-batches shared by all tasks (near-equal and speed-proportional, see :func:`.jobs.batch_splits`),
+the promising ones (each with its share of the time, see :func:`promising_splits`). The plan returned is the
+best of the engine's and the baseline's (HEFT, best single device, unequal data parallelism), with the best
+bound.
 """
 
 from __future__ import annotations
@@ -36,8 +37,12 @@ Engine = Callable[[JobGraph, float, float], Outcome]  # (jobs, upper bound on ma
 
 
 def baseline_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
-    """The better of HEFT and the best single device, or None when neither fits the memory."""
+    """The best of HEFT, the best single device and (batch objective) data parallelism with unequal shares,
+    or None when none fits the memory."""
     plans = []
+    if problem.objective.kind == "batch" and best_device.candidates(problem):
+        from . import data_parallel
+        plans.append(data_parallel.solve(problem, time_limit=max(watch.left / 10, 1e-3)))
     try:
         plans.append(heft.solve(problem, time_limit=max(watch.left, 1e-3)))
     except InfeasibleError:
@@ -132,9 +137,10 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
         status = "optimal" if statuses == ["optimal"] else "timeout"
     else:
         status = "timeout" if {"timeout", "unknown"} & set(statuses) else "feasible"
-        notes.append(f"batch: exact over splits into near-equal sub-batches shared by all tasks "
-                     f"({', '.join(str(len(s)) for s in splits)} of them; splits whose HEFT makespan is over "
-                     f"{SPLIT_SLACK:g}x the best are skipped); bound from the general relaxation")
+        notes.append(f"batch: exact over splits into sub-batches shared by all tasks, near-equal and "
+                     f"speed-proportional (splits searched: {'; '.join('/'.join(map(str, s)) for s in splits)}; "
+                     f"those whose HEFT makespan is over {SPLIT_SLACK:g}x the best are skipped); bound from the "
+                     "general relaxation")
     if best is None:
         raise InfeasibleError(f"{name} found no plan within {time_limit:g} s and no baseline fits the memory: "
                               "raise the time limit or the memory")

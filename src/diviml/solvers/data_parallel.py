@@ -1,0 +1,102 @@
+"""Baseline: data parallelism with unequal shares, the batch split over devices in proportion to what they do.
+
+Every device that can run and hold the whole graph gets a share ``n_d`` of the batch (shares sum to the
+batch, some may be 0) and runs every task on its rows; a device's rows flow through the graph without leaving
+it. All integer shares are tried when there are at most ``MAX_COMPOSITIONS`` of them (8 samples over 3
+devices: 45), else a descent from the speed-proportional shares moving one sample at a time between two
+devices. A fast and a slow GPU then split 5/3 rather than 4/4, which equal sub-batches cannot express.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from ..errors import InfeasibleError, InputError
+from ..problem import Problem
+from . import best_device
+from ._common import Stopwatch, evaluate, make_plan
+
+NAME = "data-parallel"
+MAX_COMPOSITIONS = 2000
+
+
+def proportional(n: int, weights: list[float]) -> tuple[int, ...]:
+    """``n`` as integer shares proportional to ``weights`` (largest remainders), each weight > 0 getting >= 1
+    where ``n`` allows.
+
+    >>> proportional(8, [1.6, 1.0])
+    (5, 3)
+    """
+    total = sum(weights)
+    raw = [n * w / total for w in weights]
+    shares = [max(1, math.floor(r)) if n >= len(weights) else math.floor(r) for r in raw]
+    while sum(shares) > n:
+        k = max(range(len(shares)), key=lambda i: (shares[i] - raw[i], shares[i]))
+        shares[k] -= 1
+    order = sorted(range(len(shares)), key=lambda i: raw[i] - shares[i], reverse=True)
+    for k in itertools.islice(itertools.cycle(order), max(0, n - sum(shares))):
+        shares[k] += 1
+    return tuple(shares)
+
+
+def speeds(problem: Problem, devices: list[str]) -> list[float]:
+    """Samples per second of each device running the whole graph alone at the full batch (0 for a device
+    that cannot run some task)."""
+    n = problem.batch_size
+    out = []
+    for d in devices:
+        if any(d not in problem.allowed_devices[t.id] for t in problem.graph.tasks):
+            out.append(0.0)
+        else:
+            out.append(n / max(sum(problem.time(t.id, d, n) for t in problem.graph.tasks), 1e-30))
+    return out
+
+
+def _compositions(n: int, k: int):
+    for cuts in itertools.combinations(range(n + k - 1), k - 1):
+        edges = (-1, *cuts, n + k - 1)
+        yield tuple(b - a - 1 for a, b in zip(edges, edges[1:]))
+
+
+def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
+    if problem.objective.kind != "batch":
+        raise InputError("data-parallel splits a batch: use --objective batch")
+    watch = Stopwatch(time_limit)
+    devices = best_device.candidates(problem)
+    if not devices:
+        raise InfeasibleError("no device can run every task and hold the whole graph, which data parallelism "
+                              "needs on every device it uses: use heft, split or exact")
+    n = problem.batch_size
+    tried: dict[tuple[int, ...], float] = {}
+
+    def value(shares: tuple[int, ...]) -> float:
+        if shares not in tried:
+            parts = {t.id: [(d, s) for d, s in zip(devices, shares) if s > 0] for t in problem.graph.tasks}
+            tried[shares] = evaluate(problem, parts)[0]
+        return tried[shares]
+
+    start = proportional(n, speeds(problem, devices))
+    best = min((start, *[tuple(n if i == k else 0 for i in range(len(devices))) for k in range(len(devices))]),
+               key=value)
+    if math.comb(n + len(devices) - 1, len(devices) - 1) <= MAX_COMPOSITIONS:
+        for shares in _compositions(n, len(devices)):
+            if value(shares) < value(best):
+                best = shares
+            if watch.expired:
+                break
+    else:
+        improved = True
+        while improved and not watch.expired:
+            improved = False
+            for a, b in itertools.permutations(range(len(devices)), 2):
+                if best[a] == 0:
+                    continue
+                moved = tuple(s - (i == a) + (i == b) for i, s in enumerate(best))
+                if value(moved) < value(best):
+                    best, improved = moved, True
+    parts = {t.id: [(d, s) for d, s in zip(devices, best) if s > 0] for t in problem.graph.tasks}
+    share_text = ", ".join(f"{d} {s}" for d, s in zip(devices, best) if s > 0)
+    return make_plan(problem, parts, solver=NAME, status="feasible", watch=watch,
+                     notes=[f"shares of the batch of {n}: {share_text} ({len(tried)} splits tried)"],
+                     stats={"splits_tried": float(len(tried))})
