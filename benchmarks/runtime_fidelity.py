@@ -13,6 +13,7 @@ measured time less the unsplit module's eager time in the same process (the runt
 
     python benchmarks/runtime_fidelity.py                       # the table
     python benchmarks/runtime_fidelity.py --link                # gloo send/recv cost between two ranks here
+    python benchmarks/runtime_fidelity.py --overhead            # one piece against the module called directly
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 OUT = Path(__file__).parent / "results" / "runtime_fidelity.md"
 LINK_OUT = Path(__file__).parent / "results" / "runtime_link_gloo.md"
+OVERHEAD_OUT = Path(__file__).parent / "results" / "runtime_overhead.md"
 MODELS = ["googlenet", "inception_v3", "randwire-ws-s0", "resnet50", "gpt2-small"]
 PLATFORMS = [("cpu-workers-2", 1), ("cpu-ranks-2", 2)]
 
@@ -133,6 +135,47 @@ def link() -> str:
     return "\n".join(lines) + "\n"
 
 
+def overhead(models: list[str], runs: int) -> str:
+    """The runtime's cost for one piece: the whole model as one piece on one worker against the captured
+    module called directly, alternating in one process (same threads, same inputs), medians of ``runs``."""
+    import torch
+
+    from diviml.frontends.pytorch import capture_at
+    from diviml.runtime import cut, model_source
+    from diviml.runtime._execute import Executor
+    torch.set_num_threads(1)
+    lines = ["# Runtime overhead of one piece against the captured module called directly", "",
+             f"Command: `python benchmarks/runtime_fidelity.py --overhead`; one process, one thread, {runs} runs "
+             "of each alternating; overhead = median(one-piece run) - median(direct call).", "",
+             "| model | direct (ms) | one piece (ms) | overhead (us) | overhead / direct |", "|---|---|---|---|---|"]
+    for name in models:
+        source = model_source(name)
+        torch.manual_seed(0)
+        captured = capture_at(source.build(), source.inputs, 1)
+        from diviml.runtime._pieces import task_of_nodes
+        tasks = list(dict.fromkeys([*captured.user_inputs, *task_of_nodes(captured.gm).values()]))
+        program = cut(captured, {"worker0": tasks})
+        values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
+        executor = Executor(program, {"worker0": torch.device("cpu")}, {"worker0": 1},
+                            {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs})
+        direct, piece = [], []
+        with torch.no_grad():
+            for i in range(runs + 3):
+                t0 = time.perf_counter()
+                captured.gm(*captured.args)
+                t1 = time.perf_counter()
+                executor.run()
+                t2 = time.perf_counter()
+                if i >= 3:
+                    direct.append(t1 - t0)
+                    piece.append(t2 - t1)
+        executor.close()
+        d, p = statistics.median(direct), statistics.median(piece)
+        lines.append(f"| {name} | {d * 1e3:.3f} | {p * 1e3:.3f} | {(p - d) * 1e6:.0f} | {(p - d) / d:+.2%} |")
+        print(lines[-1], file=sys.stderr)
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=MODELS)
@@ -140,12 +183,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--min-time", type=float, default=2.0, help="profiling seconds per model")
     parser.add_argument("--link", action="store_true", help="measure gloo's send/recv cost instead")
+    parser.add_argument("--overhead", action="store_true", help="measure the runtime's cost for one piece instead")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     command = "python " + " ".join([sys.argv[0], *sys.argv[1:]])
     if args.link:
         text = link()
         target = args.out or LINK_OUT
+    elif args.overhead:
+        text = overhead(args.models + ["randwire-ws-s0", "gpt-tiny"] if args.models == MODELS else args.models,
+                        max(args.repeats, 30))
+        target = args.out or OVERHEAD_OUT
     else:
         rows = []
         nprocs = dict(PLATFORMS)
