@@ -145,8 +145,9 @@ def overhead(models: list[str], runs: int) -> str:
     from diviml.runtime._execute import Executor
     torch.set_num_threads(1)
     lines = ["# Runtime overhead of one piece against the captured module called directly", "",
-             f"Command: `python benchmarks/runtime_fidelity.py --overhead`; one process, one thread, {runs} runs "
-             "of each alternating; overhead = median(one-piece run) - median(direct call).", "",
+             "Command: `python benchmarks/runtime_fidelity.py --overhead`; one process, one thread; three blocks "
+             f"of {runs // 3} runs of each in turn after a warm-up block; overhead = median(one-piece run) - "
+             "median(direct call).", "",
              "| model | direct (ms) | one piece (ms) | overhead (us) | overhead / direct |", "|---|---|---|---|---|"]
     for name in models:
         source = model_source(name)
@@ -160,15 +161,13 @@ def overhead(models: list[str], runs: int) -> str:
                             {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs})
         direct, piece = [], []
         with torch.no_grad():
-            for i in range(runs + 3):
-                t0 = time.perf_counter()
-                captured.gm(*captured.args)
-                t1 = time.perf_counter()
-                executor.run()
-                t2 = time.perf_counter()
-                if i >= 3:
-                    direct.append(t1 - t0)
-                    piece.append(t2 - t1)
+            for block in range(4):  # blocks of each in turn: alternating single calls disturbs both
+                for samples, call in ((direct, lambda: captured.gm(*captured.args)), (piece, executor.run)):
+                    for i in range(runs // 3 + 3):
+                        t0 = time.perf_counter()
+                        call()
+                        if block and i >= 3:
+                            samples.append(time.perf_counter() - t0)
         executor.close()
         d, p = statistics.median(direct), statistics.median(piece)
         lines.append(f"| {name} | {d * 1e3:.3f} | {p * 1e3:.3f} | {(p - d) * 1e6:.0f} | {(p - d) / d:+.2%} |")

@@ -1,4 +1,5 @@
-"""Run a cut program: a worker thread per plan device, each running its pieces in the plan's order.
+"""Run a cut program: a worker per plan device, each running its pieces in the plan's order (the calling
+thread is the first device's worker, a thread each for the others).
 
 A CPU device's worker runs with the device's intra-op thread count; a GPU device's worker on a CUDA stream
 of its own, synchronised at the end of each piece before its outputs are released. A value goes to another
@@ -54,11 +55,16 @@ class Executor:
             if d in self.local:
                 self.base[v, str(torch_device[d])] = _to(torch, inputs[v], torch_device[d])
         self.workers = sorted(d for d in self.local if program.pieces[d])
-        self._go = threading.Barrier(len(self.workers) + 1)
-        self._done = threading.Barrier(len(self.workers) + 1)
+        # the calling thread runs the first device's pieces itself: one hand-off fewer per request (none at
+        # all for a one-device plan); every other device has a thread of its own
+        self._own = self.workers[0] if self.workers else None
+        self._own_stream = self._stream(self._own) if self._own else None
+        others = self.workers[1:]
+        self._go = threading.Barrier(len(others) + 1)
+        self._done = threading.Barrier(len(others) + 1)
         self._stop = False
         self._threads = [threading.Thread(target=self._work, args=(d,), daemon=True, name=f"diviml-{d}")
-                         for d in self.workers]
+                         for d in others]
         for t in self._threads:
             t.start()
 
@@ -81,6 +87,11 @@ class Executor:
                 if d in self.local:
                     self.sends.extend(self.comm.send(v, self.base[v, str(self.torch_device[d])]))
         self._go.wait()
+        if self._own is not None:
+            own_threads = self.threads.get(self._own)
+            if self.torch_device[self._own].type == "cpu" and own_threads and self.torch.get_num_threads() != own_threads:
+                self.torch.set_num_threads(own_threads)
+            self._run_pieces(self._own, self._own_stream)
         self._done.wait()
         wall = time.perf_counter() - self.t0
         for work in self.sends:
@@ -101,43 +112,53 @@ class Executor:
             t.join()
 
     # -- the workers --------------------------------------------------------------------------------
+    def _stream(self, device: str):
+        target = self.torch_device[device]
+        return self.torch.cuda.Stream(target) if target.type == "cuda" else None
+
     def _work(self, device: str) -> None:
         torch = self.torch
         target = self.torch_device[device]
         if target.type == "cpu" and self.threads.get(device):
             torch.set_num_threads(self.threads[device])
-        stream = torch.cuda.Stream(target) if target.type == "cuda" else None
+        stream = self._stream(device)
         while True:
             self._go.wait()
             if self._stop:
                 return
-            try:
-                with torch.no_grad():
-                    for piece in self.program.pieces[device]:
-                        if stream is not None:
-                            with torch.cuda.stream(stream):  # copies in and the piece on one stream
-                                args = [self._value(v, target) for v in piece.inputs]
-                                start = time.perf_counter()
-                                out = piece.module(*args)
-                            stream.synchronize()
-                        else:
+            self._run_pieces(device, stream)
+            self._done.wait()
+
+    def _run_pieces(self, device: str, stream) -> None:
+        """One device's pieces of this request, in the plan's order; a failure stops the other workers."""
+        torch = self.torch
+        target = self.torch_device[device]
+        key = str(target)
+        try:
+            with torch.no_grad():
+                for piece in self.program.pieces[device]:
+                    if stream is not None:
+                        with torch.cuda.stream(stream):  # copies in and the piece on one stream
                             args = [self._value(v, target) for v in piece.inputs]
                             start = time.perf_counter()
                             out = piece.module(*args)
-                        finish = time.perf_counter()
-                        key = str(target)
-                        for v, value in zip(piece.outputs, out):
-                            self.values[v, key] = value
-                            self.ready[v].set()
-                            if self.comm is not None:
-                                self.sends.extend(self.comm.send(v, value))
-                        self.timings.append(PieceRun(device, piece.index, start - self.t0, finish - self.t0))
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller of run()
-                if not isinstance(exc, _Aborted):
-                    self.errors.append(exc)
-                for e in self.ready.values():
-                    e.set()
-            self._done.wait()
+                        stream.synchronize()
+                    else:
+                        args = [self._value(v, target) for v in piece.inputs]
+                        start = time.perf_counter()
+                        out = piece.module(*args)
+                    finish = time.perf_counter()
+                    for v, value in zip(piece.outputs, out):
+                        self.values[v, key] = value
+                        self.ready[v].set()
+                        if self.comm is not None:
+                            self.sends.extend(self.comm.send(v, value))
+                    self.timings.append(PieceRun(device, piece.index, start - self.t0, finish - self.t0))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller of run()
+            if not isinstance(exc, _Aborted):
+                self.errors.append(exc)
+            for e in self.ready.values():
+                e.set()
 
     def _value(self, name: str, target):
         key = (name, str(target))
