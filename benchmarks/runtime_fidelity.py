@@ -190,8 +190,8 @@ def main() -> None:
         text = link()
         target = args.out or LINK_OUT
     elif args.overhead:
-        text = overhead(args.models + ["randwire-ws-s0", "gpt-tiny"] if args.models == MODELS else args.models,
-                        max(args.repeats, 30))
+        models = list(dict.fromkeys(args.models + ["gpt-tiny"] if args.models == MODELS else args.models))
+        text = overhead(models, max(args.repeats, 30))
         target = args.out or OVERHEAD_OUT
     else:
         rows = []
