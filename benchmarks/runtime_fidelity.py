@@ -140,7 +140,7 @@ def overhead(models: list[str], runs: int) -> str:
     module called directly, alternating in one process (same threads, same inputs), medians of ``runs``."""
     import torch
 
-    from diviml.frontends.pytorch import capture_at
+    from diviml.frontends.pytorch import capture_at, task_of_nodes
     from diviml.runtime import cut, model_source
     from diviml.runtime._execute import Executor
     torch.set_num_threads(1)
@@ -153,8 +153,7 @@ def overhead(models: list[str], runs: int) -> str:
         source = model_source(name)
         torch.manual_seed(0)
         captured = capture_at(source.build(), source.inputs, 1)
-        from diviml.runtime._pieces import task_of_nodes
-        tasks = list(dict.fromkeys([*captured.user_inputs, *task_of_nodes(captured.gm).values()]))
+        tasks = list(dict.fromkeys(task_of_nodes(captured).values()))
         program = cut(captured, {"worker0": tasks})
         values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
         executor = Executor(program, {"worker0": torch.device("cpu")}, {"worker0": 1},

@@ -16,7 +16,7 @@ from .errors import DivimlError, InputError
 from .graph import write_text_atomic
 from .frontends import neurips2020
 from .frontends.pytorch import MIN_TIMING_S
-from .io import load_problem
+from .io import DEFAULT_PLATFORM, load_problem
 from .plan import Plan
 from .platform import preset, preset_names
 from .problem import OBJECTIVES, Objective, Problem
@@ -135,7 +135,7 @@ def cmd_validate(args) -> dict:
 
 def cmd_profile(args) -> dict:
     from .catalogue import CATALOGUE
-    from .frontends.pytorch import calibrate, measured_device_type, profile, profile_zoo
+    from .frontends.pytorch import calibrate, measured_device_type, profile
     from .runtime import model_source
     if (args.model is None) == (args.model_option is None):
         raise InputError("give the model once: a zoo name or path/to/file.py:factory (or --model)")
@@ -171,13 +171,9 @@ def cmd_profile(args) -> dict:
     device = None if args.device == "none" else args.device
     measured = measured_device_type(device)
     progress = None if args.quiet else _progress
-    if source.batch_fixed is None:  # a zoo model
-        graph = profile_zoo(source.name, batches=batches, device=device, repeats=args.repeats, threads=threads,
-                            min_time_s=args.min_time, progress=progress)
-    else:
-        graph = profile(source.build, source.inputs, name=source.name, batches=batches, measured_type=measured,
-                        analytic_types=[t for t in CATALOGUE if t != measured], repeats=args.repeats,
-                        threads=threads, min_time_s=args.min_time, progress=progress, device=device or "cpu")
+    graph = profile(source.build, source.inputs, name=source.name, batches=batches, measured_type=measured,
+                    analytic_types=[t for t in CATALOGUE if t != measured], repeats=args.repeats, threads=threads,
+                    min_time_s=args.min_time, progress=progress, device=device or "cpu")
     if args.out:
         graph.save(args.out)
     times = {dt: sum(t.time.get(dt, 0.0) for t in graph.tasks) for dt in sorted(graph.device_types)}
@@ -206,7 +202,7 @@ def cmd_run(args) -> dict:
         if "RANK" in os.environ:
             raise InputError("--nproc starts the ranks itself: do not combine it with torchrun")
         from .runtime import rank_of_devices
-        rank_of_devices(Platform.load(args.platform or "paper-server"), args.nproc)  # refuse a wrong size here
+        rank_of_devices(Platform.load(args.platform or DEFAULT_PLATFORM), args.nproc)  # refuse a wrong size here
         text = launch(_without_option(args.argv, "--nproc"), args.nproc)
         return {"_text": text}
     if args.calibrate_out and not args.graph:
@@ -216,7 +212,7 @@ def cmd_run(args) -> dict:
     if args.model is None or args.plan is None:
         raise InputError("give the model and the plan: diviml run MODEL PLAN (or --model MODEL PLAN)")
     rank, world = env_world()
-    platform = Platform.load(args.platform or "paper-server")
+    platform = Platform.load(args.platform or DEFAULT_PLATFORM)
     plan = Plan.load(args.plan)
     source = model_source(args.model)
     problem = None
@@ -241,11 +237,9 @@ def cmd_run(args) -> dict:
             outputs.append((args.calibrate_out, json.dumps(calibrated.to_dict(), indent=1)))
     for path, content in outputs:
         write_text_atomic(path, content)
-    out = report.to_dict()
-    out["written"] = [p for p, _ in outputs]
-    if rank != 0:
+    if rank != 0:  # rank 0 speaks for the run
         return {"_text": ""}
-    return out
+    return {**report.to_dict(), "written": [p for p, _ in outputs]}
 
 
 def _without_option(argv: list[str], option: str) -> list[str]:

@@ -195,9 +195,10 @@ def _capture(model, example_inputs: Sequence, dynamic_batch: bool = False) -> Ca
     program = None
     # the module as it is, then (outputs holding objects export cannot flatten, such as HuggingFace's
     # DynamicCache) the module returning only the tensors of its outputs
-    for candidate, spec in ((model, shapes), (_tensor_outputs(model), None if shapes is None else (shapes,))):
+    for candidate, candidate_shapes in ((model, shapes),
+                                        (_tensor_outputs(model), None if shapes is None else (shapes,))):
         try:  # (the wrapper's forward takes *args: its shapes are one tuple for them)
-            program = _export(torch, candidate, example_inputs, spec)
+            program = _export(torch, candidate, example_inputs, candidate_shapes)
             break
         except Exception as exc:  # noqa: BLE001 - any export failure: the next way, then the fallback
             errors.append(_first_line(exc))
@@ -245,6 +246,20 @@ def _capture(model, example_inputs: Sequence, dynamic_batch: bool = False) -> Ca
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def task_of_nodes(captured: Captured) -> dict[str, str]:
+    """fx node name -> the task it belongs to: each operator is a task, a getitem is part of the operator whose
+    output it unpacks, each user input is a task; parameters, buffers and the output belong to none. The one
+    definition of task ids: profiles name their tasks by it and the runtime cuts plans by it."""
+    out = {name: name for name in captured.user_inputs}
+    for node in captured.gm.graph.nodes:
+        if node.op in ("call_function", "call_method", "call_module"):
+            if node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem":
+                out[node.name] = out.get(node.args[0].name, node.args[0].name)
+            else:
+                out[node.name] = node.name
+    return out
 
 
 # -- running and measuring ---------------------------------------------------------------------------
@@ -397,7 +412,7 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
     min_sample = MIN_SAMPLE_S_CUDA if clock.cuda else MIN_SAMPLE_S
     gm = captured.gm
     modules = dict(gm.named_modules())
-    alias: dict[str, str] = {}
+    task_of = task_of_nodes(captured)
     records: dict[str, NodeRecord] = {}
     calls_per_sample: dict[str, int] = {}
     state_names = set(captured.state)
@@ -413,8 +428,7 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
                 return result
             if node.op not in ("call_function", "call_method", "call_module"):
                 return super().run_node(node)
-            if node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem":
-                alias[node.name] = alias.get(node.args[0].name, node.args[0].name)
+            if task_of[node.name] != node.name:  # a getitem: part of the task it unpacks
                 return super().run_node(node)
             args, kwargs = self.fetch_args_kwargs_from_env(node)
             module = modules[node.target] if node.op == "call_module" else None
@@ -441,7 +455,7 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
         def record(self, node, args, result, module) -> NodeRecord:
             producers, reads = [], []
             for a in node.all_input_nodes:
-                src = alias.get(a.name, a.name)
+                src = task_of.get(a.name, a.name)
                 if a.name in state_names:
                     reads.append(a.name)
                 elif src in records and src not in producers:

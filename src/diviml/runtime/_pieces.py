@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..frontends.pytorch import task_of_nodes
 
 
 @dataclass(frozen=True)
@@ -23,10 +24,6 @@ class Piece:
     inputs: tuple[str, ...]  # value names read (other pieces' outputs, user inputs, state)
     outputs: tuple[str, ...]  # value names other pieces or the program's result read
 
-    @property
-    def label(self) -> str:
-        return f"{self.device}#{self.index} ({len(self.tasks)} tasks from {self.tasks[0]})"
-
 
 @dataclass(frozen=True)
 class Program:
@@ -36,20 +33,6 @@ class Program:
     inputs: tuple[str, ...]  # user input placeholders, in call order
     state: tuple[str, ...]  # parameter / buffer / constant placeholders
     results: tuple[str, ...]  # value names of the program's flat outputs
-    result_spec: object  # how to rebuild the output structure (torch.utils._pytree spec)
-
-
-def task_of_nodes(gm) -> dict[str, str]:
-    """fx node name -> the task it belongs to (getitem folds into the node it unpacks), as the profiler
-    names tasks; state placeholders and the output map to nothing."""
-    out: dict[str, str] = {}
-    for node in gm.graph.nodes:
-        if node.op in ("call_function", "call_method", "call_module"):
-            if node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem":
-                out[node.name] = out.get(node.args[0].name, node.args[0].name)
-            else:
-                out[node.name] = node.name
-    return out
 
 
 def cut(captured, device_order: dict[str, list[str]]) -> Program:
@@ -59,10 +42,8 @@ def cut(captured, device_order: dict[str, list[str]]) -> Program:
 
     gm = captured.gm
     nodes = {n.name: n for n in gm.graph.nodes}
-    task_of = task_of_nodes(gm)
+    task_of = task_of_nodes(captured)
     user = list(captured.user_inputs)
-    for name in user:
-        task_of[name] = name
     device_of = {t: d for d, ts in device_order.items() for t in ts}
     tasks = set(task_of.values())
     missing, extra = sorted(tasks - set(device_of)), sorted(set(device_of) - tasks)
@@ -77,7 +58,7 @@ def cut(captured, device_order: dict[str, list[str]]) -> Program:
         if node.name in task_of and node.op != "placeholder":
             members.setdefault(task_of[node.name], []).append(node.name)
     output = next(n for n in gm.graph.nodes if n.op == "output")
-    flat, spec = _pytree.tree_flatten(output.args[0])
+    flat = _pytree.tree_leaves(output.args[0])
     results = tuple(a.name for a in flat if isinstance(a, torch.fx.Node))
     if len(results) != len(flat):
         raise InputError("the model returns constants beside tensors: only tensor outputs can be checked")
@@ -110,7 +91,7 @@ def cut(captured, device_order: dict[str, list[str]]) -> Program:
                 built.append(_piece(gm, nodes, names, device, len(built), tuple(run), consumers))
         pieces[device] = tuple(built)
     producer = {v: device_of[t] for v, t in task_of.items()}
-    return Program(pieces, producer, tuple(user), state, results, spec)
+    return Program(pieces, producer, tuple(user), state, results)
 
 
 def _leaves(task: str, members, readers, device: str) -> bool:

@@ -158,7 +158,6 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     ``problem`` (the plan's problem) gives each piece's predicted time; ``world`` > 1 runs this process as
     rank ``rank`` of a torch.distributed job (see :func:`~diviml.runtime._dist.rank_of_devices`)."""
     import torch
-    from torch.utils import _pytree
 
     from ..frontends.pytorch import capture_at
 
@@ -262,9 +261,8 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
 
 def _check_edges(captured, graph) -> None:
     """The captured program's task-level edges must be the graph's: same names wired otherwise is another model."""
-    from ._pieces import task_of_nodes
-    task_of = task_of_nodes(captured.gm)
-    task_of.update({u: u for u in captured.user_inputs})
+    from ..frontends.pytorch import task_of_nodes
+    task_of = task_of_nodes(captured)
     edges = {(task_of[a.name], task_of[n.name]) for n in captured.gm.graph.nodes if n.name in task_of
              for a in n.all_input_nodes if a.name in task_of and task_of[a.name] != task_of[n.name]}
     differ = edges ^ set(graph.edges)

@@ -70,10 +70,12 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
     n = problem.batch_size
     tried: dict[tuple[int, ...], float] = {}
 
+    def parts(shares: tuple[int, ...]) -> dict:
+        return {t.id: [(d, s) for d, s in zip(devices, shares) if s > 0] for t in problem.graph.tasks}
+
     def value(shares: tuple[int, ...]) -> float:
         if shares not in tried:
-            parts = {t.id: [(d, s) for d, s in zip(devices, shares) if s > 0] for t in problem.graph.tasks}
-            tried[shares] = evaluate(problem, parts)[0]
+            tried[shares] = evaluate(problem, parts(shares))[0]
         return tried[shares]
 
     start = proportional(n, speeds(problem, devices))
@@ -95,8 +97,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
                 moved = tuple(s - (i == a) + (i == b) for i, s in enumerate(best))
                 if value(moved) < value(best):
                     best, improved = moved, True
-    parts = {t.id: [(d, s) for d, s in zip(devices, best) if s > 0] for t in problem.graph.tasks}
     share_text = ", ".join(f"{d} {s}" for d, s in zip(devices, best) if s > 0)
-    return make_plan(problem, parts, solver=NAME, status="feasible", watch=watch,
+    return make_plan(problem, parts(best), solver=NAME, status="feasible", watch=watch,
                      notes=[f"shares of the batch of {n}: {share_text} ({len(tried)} splits tried)"],
                      stats={"splits_tried": float(len(tried))})
