@@ -101,7 +101,7 @@ def main() -> None:
         lines.append(f"| {n} | {k} | {s * 1e3:.2f} | {e * 1e3:.2f} | {s / e:.3f} | {eager * 1e3:.2f} | {s / eager:.3f} | "
                      f"{100 * d:.1f}% | {100 * w:.0f}% | {100 * t:.1f}% | {roofline} |")
     where = f"{kind} ({torch.cuda.get_device_name(torch.device(args.device))}, torch {torch.__version__})" \
-        if kind != "cpu" else f"cpu (torch {torch.__version__})"
+        if kind != "host" else f"this CPU (torch {torch.__version__})"
     text = (f"# Operator profiles vs end-to-end runs: {kind}\n\nCommand: `python benchmarks/profile_ops.py --device "
             f"{args.device} --threads {args.threads} --repeats {args.repeats} --min-time {args.min_time:g}`; device: {where}; machine: "
             f"{args.machine}. Batch 1. Roofline: the catalogue's model of {kind} against the measured operators.\n\n"

@@ -3,10 +3,21 @@
 The roofline time of an operator on a device is ``max(flops / peak_flops, bytes / memory_bandwidth) +
 launch_overhead``. Peak rates are the dense FP32 figures (no tensor-core TF32/FP16), since profiled graphs
 run in FP32; calibrate against measurements where a device is present (see :mod:`diviml.frontends.pytorch`).
+
+A CPU entry (``cores`` > 1) is a whole socket: an operator runs on one core per GRAIN_SIZE units of its work
+(:func:`cores_used`) and gets that share of the peak and bandwidth; where the profiling host was measured, a
+CPU's times are derived from the host's by the rule in :mod:`diviml.frontends.host`.
+
+Launch overhead on a GPU is what PyTorch eager pays per operator, measured: the median time of the
+single-kernel elementwise operators (49 relu, 16 add, each under 1 us of kernel work) of resnet50 at batch 1
+on the lent H100 (examples/resnet50_h100.json, CUDA events around back-to-back calls), 12.2 us. That cost is
+the host's (Python, dispatcher, driver launch), not the GPU's, so the same figure stands for the GPU types
+that were not measured.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -21,48 +32,79 @@ class DeviceSpec:
     memory_bytes: float
     launch_overhead: float  # seconds per operator
     sources: dict
+    cores: int = 1  # a CPU socket's cores (operators spread over them by GRAIN_SIZE); 1 for a GPU
 
-    def roofline(self, flops: float, nbytes: float) -> float:
-        return max(flops / self.peak_flops, nbytes / self.memory_bandwidth) + self.launch_overhead
+    @property
+    def is_cpu(self) -> bool:
+        return self.cores > 1
+
+    def work(self, flops: float, nbytes: float, outputs: float | None = None) -> float:
+        """Seconds of compute or memory traffic for an operator whose output has ``outputs`` elements (on a
+        CPU it gets the share of the socket that :func:`cores_used` gives it)."""
+        share = cores_used(self.cores, outputs, flops) / self.cores
+        return max(flops / (self.peak_flops * share), nbytes / (self.memory_bandwidth * share))
+
+    def roofline(self, flops: float, nbytes: float, outputs: float | None = None) -> float:
+        return self.work(flops, nbytes, outputs) + self.launch_overhead
+
+
+# PyTorch's at::internal::GRAIN_SIZE (ATen/Parallel.h): at::parallel_for hands each thread at least this many
+# elements, so an elementwise operator with a smaller output runs on one core.
+GRAIN_SIZE = 32768
+
+
+def cores_used(cores: int, outputs: float | None, flops: float = 0.0) -> int:
+    """Cores an operator spreads over: one per GRAIN_SIZE units of work, at most ``cores`` (all of them when
+    the output size is unknown). The units are output elements for elementwise operators and multiply-adds
+    (flops / 2) for contractions, which BLAS and oneDNN split over output blocks rather than elements: the
+    larger of the two."""
+    if outputs is None:
+        return cores
+    return max(1, min(cores, math.ceil(max(outputs, flops / 2) / GRAIN_SIZE)))
+
+GPU_LAUNCH = 12.2e-6
+GPU_LAUNCH_SOURCE = ("measured: median of resnet50's single-kernel elementwise operators at batch 1 on the lent "
+                     "H100, PyTorch eager (examples/resnet50_h100.json); host-bound, so used for every GPU type")
 
 
 CATALOGUE: dict[str, DeviceSpec] = {s.name: s for s in (
-    DeviceSpec("cpu", 1.6e12, 140.8e9, 192e9, 2e-6, {
+    DeviceSpec("cpu", 1.6e12, 140.8e9, 192e9, 1.4e-6, {
         "peak_flops": "Intel Xeon Gold 6248: 20 cores x 2.5 GHz x 2 AVX-512 FMA units x 16 FP32 lanes x 2 = 1.6 TFLOP/s "
                       "(Intel ark: 20 cores, 2.5 GHz base, 2 FMA units)",
         "memory_bandwidth": "6 channels DDR4-2933 x 8 bytes x 2933 MT/s = 140.8 GB/s (Intel ark: 6 channels DDR4-2933)",
         "memory_bytes": "assumed 192 GB host RAM",
-        "launch_overhead": "assumed 2 us per operator dispatch in PyTorch eager (order of magnitude)"}),
-    DeviceSpec("v100", 14e12, 900e9, 16e9, 5e-6, {
+        "launch_overhead": "measured: torch.neg on a one-element tensor, one thread, torch 2.14 eager, 1.4 us on the "
+                           "development host (AMD EPYC); used only where no host was measured"}, cores=20),
+    DeviceSpec("v100", 14e12, 900e9, 16e9, GPU_LAUNCH, {
         "peak_flops": "NVIDIA Tesla V100 PCIe datasheet: 14 TFLOP/s FP32",
         "memory_bandwidth": "NVIDIA Tesla V100 datasheet: 900 GB/s HBM2",
         "memory_bytes": "NVIDIA Tesla V100 datasheet: 16 GB variant",
-        "launch_overhead": "assumed 5 us per kernel launch (order of magnitude of CUDA launch latency)"}),
-    DeviceSpec("a100", 19.5e12, 1555e9, 40e9, 5e-6, {
+        "launch_overhead": GPU_LAUNCH_SOURCE}),
+    DeviceSpec("a100", 19.5e12, 1555e9, 40e9, GPU_LAUNCH, {
         "peak_flops": "NVIDIA A100 datasheet: 19.5 TFLOP/s FP32",
         "memory_bandwidth": "NVIDIA A100 40GB PCIe datasheet: 1,555 GB/s HBM2",
         "memory_bytes": "NVIDIA A100 datasheet: 40 GB variant",
-        "launch_overhead": "assumed 5 us per kernel launch"}),
-    DeviceSpec("h100", 51e12, 2.0e12, 80e9, 5e-6, {
+        "launch_overhead": GPU_LAUNCH_SOURCE}),
+    DeviceSpec("h100", 51e12, 2.0e12, 80e9, GPU_LAUNCH, {
         "peak_flops": "NVIDIA H100 datasheet: 51 TFLOP/s FP32 (H100 PCIe)",
         "memory_bandwidth": "NVIDIA H100 datasheet: 2 TB/s HBM2e (H100 PCIe)",
         "memory_bytes": "NVIDIA H100 datasheet: 80 GB",
-        "launch_overhead": "assumed 5 us per kernel launch"}),
-    DeviceSpec("h100-sxm", 67e12, 3.35e12, 80e9, 5e-6, {
+        "launch_overhead": GPU_LAUNCH_SOURCE}),
+    DeviceSpec("h100-sxm", 67e12, 3.35e12, 80e9, GPU_LAUNCH, {
         "peak_flops": "NVIDIA H100 datasheet: 67 TFLOP/s FP32 (H100 SXM)",
         "memory_bandwidth": "NVIDIA H100 datasheet: 3.35 TB/s HBM3 (H100 SXM)",
         "memory_bytes": "NVIDIA H100 datasheet: 80 GB",
-        "launch_overhead": "assumed 5 us per kernel launch"}),
-    DeviceSpec("h200", 67e12, 4.8e12, 141e9, 5e-6, {
+        "launch_overhead": GPU_LAUNCH_SOURCE}),
+    DeviceSpec("h200", 67e12, 4.8e12, 141e9, GPU_LAUNCH, {
         "peak_flops": "NVIDIA H200 datasheet: 67 TFLOP/s FP32 (H200 SXM)",
         "memory_bandwidth": "NVIDIA H200 datasheet: 4.8 TB/s HBM3e",
         "memory_bytes": "NVIDIA H200 datasheet: 141 GB",
-        "launch_overhead": "assumed 5 us per kernel launch"}),
-    DeviceSpec("l4", 30.3e12, 300e9, 24e9, 5e-6, {
+        "launch_overhead": GPU_LAUNCH_SOURCE}),
+    DeviceSpec("l4", 30.3e12, 300e9, 24e9, GPU_LAUNCH, {
         "peak_flops": "NVIDIA L4 datasheet: 30.3 TFLOP/s FP32",
         "memory_bandwidth": "NVIDIA L4 datasheet: 300 GB/s GDDR6",
         "memory_bytes": "NVIDIA L4 datasheet: 24 GB",
-        "launch_overhead": "assumed 5 us per kernel launch"}),
+        "launch_overhead": GPU_LAUNCH_SOURCE}),
 )}
 
 

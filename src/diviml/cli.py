@@ -52,8 +52,16 @@ def _add_problem_options(p: argparse.ArgumentParser, default_objective: str | No
 def _problem(args, objective_kind: str | None = None) -> Problem:
     kind = objective_kind or args.objective
     objective = Objective(kind, args.batch, args.training, args.contiguous, args.calls)
-    return load_problem(args.input, platform=args.platform, objective=objective, accelerators=args.accelerators,
-                        cpus=args.cpus, memory=args.memory, progress=None if getattr(args, "quiet", True) else _progress)
+    problem = load_problem(args.input, platform=args.platform, objective=objective, accelerators=args.accelerators,
+                           cpus=args.cpus, memory=args.memory,
+                           progress=None if getattr(args, "quiet", True) else _progress)
+    idle = sorted(problem.platform.device_types - problem.graph.device_types)
+    if idle:  # no task can run there: say so rather than leave a device idle without a word
+        names = [d.name for d in problem.platform.devices if d.type in idle]
+        _progress(f"warning: the graph has no times for device type(s) {', '.join(idle)} (devices "
+                  f"{', '.join(names)}), so nothing runs there; profile the model for them (this machine's CPU is "
+                  "type 'host')")
+    return problem
 
 
 def _progress(message: str) -> None:
@@ -158,7 +166,7 @@ def cmd_profile(args) -> dict:
     threads = args.threads
     if args.platform:
         from .platform import Platform
-        counts = {d.threads for d in Platform.load(args.platform).devices if d.type == "cpu" and d.threads}
+        counts = {d.threads for d in Platform.load(args.platform).devices if d.is_host and d.threads}
         if len(counts) > 1:
             raise InputError(f"platform {args.platform!r} has CPU devices of different thread counts {sorted(counts)}: "
                              "profile once per count with --threads")

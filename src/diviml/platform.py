@@ -246,13 +246,14 @@ def preset(name: str) -> Platform:
 
 
 def localhost() -> Platform:
-    """This machine's CPU cores, each a device of type 'cpu' sharing host memory (transfers are free)."""
+    """This machine's CPU cores, each a device of type 'host' (times measured here) sharing host memory
+    (transfers are free)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
         memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         memory = math.inf
-    devices = tuple(Device(f"cpu{i}", "cpu", float(memory), "localhost", True) for i in range(cores))
+    devices = tuple(Device(f"cpu{i}", "host", float(memory), "localhost", True) for i in range(cores))
     return Platform(devices, "localhost", description=f"this machine: {cores} CPU cores as devices of type "
-                    "'cpu', sharing host memory (each core's capacity is the whole RAM; transfers free)",
+                    "'host', sharing host memory (each core's capacity is the whole RAM; transfers free)",
                     sources={"cores, memory": "read from this machine (sched_getaffinity, sysconf)"})

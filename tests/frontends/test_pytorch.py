@@ -144,7 +144,7 @@ def test_cli_profiles_and_schedules_a_zoo_model(tmp_path):
 def test_calibration_reports_how_far_the_roofline_is_from_measurements():
     from diviml.frontends.pytorch import calibrate
     graph = profile_zoo("resnet18", repeats=2)
-    c = calibrate(graph, "cpu")
+    c = calibrate(graph, "host", "cpu")  # this CPU's measurements against the Xeon's roofline
     assert c.tasks == len(graph) - 1 and c.scale > 0
     assert c.error_after <= c.error_before
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..catalogue import CATALOGUE, device_type_of, spec
+from .host import HOST_TYPE, HostSpec, derived_time, measure_host
 from ..errors import InputError
 from ..graph import Task, TaskGraph
 
@@ -274,6 +275,7 @@ class NodeRecord:
     output_bytes: float
     times: list = field(default_factory=list)  # measured seconds
     alias: bool = False  # returns a view of an input: no kernel runs
+    outputs: float | None = None  # elements of the output (how many cores a CPU spreads the operator over)
 
 
 def _nbytes(value) -> float:
@@ -307,7 +309,32 @@ def analytic_time(device_type: str, record: "NodeRecord") -> float:
     """The catalogue's roofline time of an operator; zero for inputs and for views (no kernel runs)."""
     if record.kind == "input" or record.alias:
         return 0.0
-    return spec(device_type).roofline(record.flops, record.bytes_accessed)
+    return spec(device_type).roofline(record.flops, record.bytes_accessed, record.outputs)
+
+
+def _times(record: "NodeRecord", measured_type: str | None, analytic_types: Sequence[str],
+           host: HostSpec | None) -> dict[str, float]:
+    """One operator's time per device type: the measured median; a catalogue CPU's derived from the host's
+    measurement (:mod:`diviml.frontends.host`); the roofline for the rest. Inputs cost nothing, and views
+    nothing but what was measured (a view runs no kernel)."""
+    if record.kind == "input":
+        return {t: 0.0 for t in ([measured_type] if measured_type else []) + list(analytic_types)}
+    measured = statistics.median(record.times) if record.times else None
+    if record.alias:  # what the measurement saw (an eager call); no kernel anywhere else
+        return {**({measured_type: measured or 0.0} if measured_type else {}), **{t: 0.0 for t in analytic_types}}
+    times = {}
+    if measured_type == HOST_TYPE:
+        times[HOST_TYPE] = measured if measured is not None else host.roofline(
+            record.flops, record.bytes_accessed, record.outputs)
+    elif measured_type:
+        times[measured_type] = measured if measured is not None else analytic_time(measured_type, record)
+    for t in analytic_types:
+        if spec(t).is_cpu:
+            times[t] = derived_time(spec(t), record.flops, record.bytes_accessed, record.outputs,
+                                    measured if measured_type == HOST_TYPE else None, host)
+        else:
+            times[t] = analytic_time(t, record)
+    return times
 
 
 def _stored_bytes(value) -> float:
@@ -468,7 +495,7 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
             kind = str(getattr(node.target, "__name__", node.target)).split(".")[0]
             return NodeRecord(node.name, kind, producers, reads,
                               count_flops(node.target, args, result, module), in_bytes + _nbytes(result),
-                              _stored_bytes(result), alias=_is_view(kind, flat, result))
+                              _stored_bytes(result), alias=_is_view(kind, flat, result), outputs=_numel(result))
 
     with torch.no_grad():
         started = time.perf_counter()
@@ -493,10 +520,13 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
     return list(records.values())
 
 
-def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str, measured_type: str | None = "cpu",
-                  analytic_types: Sequence[str] = ("v100", "a100"), batch_size: int = 1,
-                  extra_times: dict | None = None) -> TaskGraph:
-    """Tasks from the records: measured medians for ``measured_type``, roofline times for ``analytic_types``."""
+def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str,
+                  measured_type: str | None = HOST_TYPE, analytic_types: Sequence[str] = ("v100", "a100"),
+                  batch_size: int = 1, extra_times: dict | None = None, host: HostSpec | None = None) -> TaskGraph:
+    """Tasks from the records: measured medians for ``measured_type``, the rest by :func:`_times` (``host``
+    is measured here when the records come from this CPU and it is not given)."""
+    if measured_type == HOST_TYPE and host is None:
+        host = measure_host()
     gm = captured.gm
     state_bytes = {n.name: 0.0 for n in gm.graph.nodes if n.op == "placeholder"}
     for a, node in zip(captured.args, [n for n in gm.graph.nodes if n.op == "placeholder"]):
@@ -516,15 +546,7 @@ def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str, m
                 memory[n.name] += sum(_nbytes(p) for p in modules[n.target].parameters())
     tasks, edges = [], []
     for r in records:
-        times = {}
-        if measured_type and r.times:
-            times[measured_type] = statistics.median(r.times)
-        elif measured_type:
-            times[measured_type] = analytic_time(measured_type, r)
-        for t in analytic_types:
-            times[t] = analytic_time(t, r)
-        if r.kind == "input":
-            times = {k: 0.0 for k in times}
+        times = _times(r, measured_type, analytic_types, host)
         table = {dt: dict(v) for dt, v in (extra_times or {}).get(r.name, {}).items()}
         tasks.append(Task(id=r.name, kind=r.kind, time=times, time_by_batch=table, flops=r.flops,
                           bytes_accessed=r.bytes_accessed, memory_bytes=memory[r.name], output_bytes=r.output_bytes,
@@ -534,17 +556,26 @@ def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str, m
 
 
 def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *, name: str,
-            batches: Sequence[int] = (1,), measured_type: str | None = "cpu",
+            batches: Sequence[int] = (1,), measured_type: str | None = HOST_TYPE,
             analytic_types: Sequence[str] = ("v100", "a100"), repeats: int = 5, warmup: int = 1,
             threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
             progress: Callable[[str], None] | None = None, device: str = "cpu") -> TaskGraph:
     """Capture and cost a model at each batch size; the first is the graph's own, the others fill the tables.
 
     ``device`` is the torch device measured on (its times are recorded as ``measured_type``): the model and
-    its inputs are put there before capture, so the captured graph runs there as the model would."""
+    its inputs are put there before capture, so the captured graph runs there as the model would. Measured
+    on the CPU (``measured_type`` "host"), this CPU is measured too and catalogue CPUs among
+    ``analytic_types`` get times derived from the host's (:mod:`diviml.frontends.host`)."""
     if not batches:
         raise InputError("give at least one batch size")
     torch = _torch()
+    host = None
+    if measured_type == HOST_TYPE:
+        host = measure_host(threads or torch.get_num_threads())
+        if progress:
+            progress(f"this CPU: {host.peak_flops_per_thread / 1e9:.0f} GFLOP/s and "
+                     f"{host.bandwidth_per_thread / 1e9:.1f} GB/s per thread, {host.dispatch * 1e6:.1f} us "
+                     "per operator call")
     if measured_type is None:  # analytic only: no weights are allocated, shapes come from meta tensors
         with torch.device("meta"):
             model = model_fn()
@@ -575,14 +606,11 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
     for b in batches[1:]:
         _check_same_graph(name, batches[0], records, b, list(per_batch[b].values()))
         for r in records:
-            other = per_batch[b][r.name]
             row = extra.setdefault(r.name, {})
-            if measured_type and other.times:
-                row.setdefault(measured_type, {})[b] = statistics.median(other.times)
-            for t in analytic_types:
-                row.setdefault(t, {})[b] = analytic_time(t, other)
+            for t, value in _times(per_batch[b][r.name], measured_type, analytic_types, host).items():
+                row.setdefault(t, {})[b] = value
     return to_task_graph(captured, records, name=name, measured_type=measured_type, analytic_types=analytic_types,
-                         batch_size=batches[0], extra_times=extra)
+                         batch_size=batches[0], extra_times=extra, host=host)
 
 
 def _check_same_graph(name: str, base: int, records: list, batch: int, others: list) -> None:
@@ -609,12 +637,14 @@ def _moved(inputs_fn: Callable[[int], tuple], device: str) -> Callable[[int], tu
 
 
 def measured_device_type(device: str | None) -> str | None:
-    """The device type that times measured on torch device ``device`` are recorded as: 'cpu', the catalogue
+    """The device type that times measured on torch device ``device`` are recorded as: 'host', the catalogue
     name of a CUDA device ('h100-sxm', 'a100', ...; 'cuda' when the catalogue has none), None for none.
 
     A CUDA device that is not present is an InputError that says so."""
-    if device is None or device == "cpu":
-        return device
+    if device is None:
+        return None
+    if device == "cpu":
+        return HOST_TYPE
     if not re.fullmatch(r"cuda(:\d+)?", device):
         raise InputError(f"cannot measure on {device!r}: use cpu, cuda, cuda:N, or none for analytic costs")
     torch = _torch()
@@ -650,7 +680,7 @@ class Calibration:
     tasks: int
 
 
-def calibrate(graph: TaskGraph, device_type: str = "cpu", spec_name: str | None = None) -> Calibration:
+def calibrate(graph: TaskGraph, device_type: str, spec_name: str | None = None) -> Calibration:
     """How well the catalogue's roofline for ``spec_name`` predicts the times measured on ``device_type``.
 
     The fitted scale is what a user multiplies analytic times of that device by; the errors say how far the

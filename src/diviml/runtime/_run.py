@@ -123,7 +123,7 @@ def torch_devices(platform, devices: list[str], rank_of: dict[str, int], rank: i
         d = platform.by_name[name]
         if rank_of[name] != rank:
             continue
-        if d.type == "cpu":
+        if d.is_host:
             out[name] = torch.device("cpu")
             continue
         if not torch.cuda.is_available():
@@ -142,7 +142,7 @@ def _placed(platform, used: list[str], rank_of: dict[str, int]) -> dict[str, str
     out, gpus = {}, {}
     for name in used:
         r = rank_of[name]
-        if platform.by_name[name].type == "cpu":
+        if platform.by_name[name].is_host:
             out[name] = f"rank {r}: cpu"
         else:
             out[name] = f"rank {r}: cuda:{gpus.get(r, 0)}"
@@ -186,7 +186,7 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     used = sorted({a.device for a in plan.assignments}, key=list(platform.by_name).index)
     devices = torch_devices(platform, used, rank_of, rank)
     threads = {d.name: d.threads for d in platform.devices}
-    cpu_threads = next((d.threads for d in platform.devices if d.type == "cpu" and d.threads), None)
+    cpu_threads = next((d.threads for d in platform.devices if d.is_host and d.threads), None)
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
 
