@@ -181,7 +181,8 @@ def cmd_profile(args) -> dict:
     progress = None if args.quiet else _progress
     graph = profile(source.build, source.inputs, name=source.name, batches=batches, measured_type=measured,
                     analytic_types=[t for t in CATALOGUE if t != measured], repeats=args.repeats, threads=threads,
-                    min_time_s=args.min_time, progress=progress, device=device or "cpu")
+                    min_time_s=args.min_time, progress=progress, device=device or "cpu",
+                    fold_constants=not args.no_fold)
     if args.out:
         graph.save(args.out)
     times = {dt: sum(t.time.get(dt, 0.0) for t in graph.tasks) for dt in sorted(graph.device_types)}
@@ -411,6 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--repeats", type=int, default=5, help="timed runs per operator at least (median kept)")
     pr.add_argument("--min-time", type=float, default=MIN_TIMING_S,
                     help=f"seconds of timing per batch size at least, passes spread over them (default {MIN_TIMING_S:g})")
+    pr.add_argument("--no-fold", action="store_true",
+                    help="charge what depends on no input per request (by default it is computed once at capture)")
     pr.add_argument("--threads", type=int, help="CPU threads while measuring (fixed; default 1, or the platform's)")
     pr.add_argument("--out", help="write the graph JSON")
     pr.add_argument("--quiet", action="store_true")

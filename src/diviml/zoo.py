@@ -1,6 +1,7 @@
-"""Model zoo by name: torchvision CNNs (random weights, nothing downloaded), randomly wired networks
-(Xie et al. 2019: WS, ER and BA generators, seeded), and GPT-style decoders / BERT-style encoders built from
-torch.nn and sized by config. Names: ``diviml models``.
+"""Model zoo by name: torchvision CNNs and vision transformers (random weights, nothing downloaded), randomly
+wired networks (Xie et al. 2019: WS, ER and BA generators, seeded), GPT-style decoders / BERT-style encoders
+built from torch.nn and sized by config, and HuggingFace BERT and GPT-2 (default configs, random weights).
+Names: ``diviml models``.
 """
 
 from __future__ import annotations
@@ -206,12 +207,35 @@ def _randwire_small_spec(generator: str, seed: int) -> ModelSpec:
                      _images(224))
 
 
+# -- HuggingFace transformers (the package from PyPI, default configs, random weights, nothing downloaded) --------
+def _hf_spec(name: str, summary: str, make: Callable[[object], object], vocab: int, sequence: int = 128) -> ModelSpec:
+    def build():
+        try:
+            import transformers
+        except ImportError:
+            raise InputError(f"{name} needs the transformers package: pip install transformers") from None
+        _torch().manual_seed(0)
+        return make(transformers).eval()
+
+    def inputs(batch: int):
+        torch = _torch()
+        return (torch.randint(0, vocab, (batch, sequence), generator=torch.Generator().manual_seed(0)),)
+
+    return ModelSpec(name, f"{summary}, random weights, sequence {sequence} (needs transformers)", build, inputs)
+
+
 def _registry() -> dict[str, ModelSpec]:
     specs = [
         _vision("resnet50", 224), _vision("googlenet", 224, aux_logits=False, init_weights=False),
         _vision("inception_v3", 299, aux_logits=False, init_weights=False), _vision("vgg16", 224),
         _vision("mobilenet_v3_large", 224), _vision("densenet121", 224), _vision("resnet18", 224),
+        _vision("efficientnet_b0", 224), _vision("convnext_tiny", 224), _vision("vit_b_16", 224),
+        _vision("swin_t", 224),
     ]
+    specs += [_hf_spec("hf-bert-base", "HuggingFace BertModel, bert-base config (12 layers, hidden 768)",
+                       lambda t: t.BertModel(t.BertConfig()), 30522),
+              _hf_spec("hf-gpt2", "HuggingFace GPT2LMHeadModel, gpt2 config (12 layers, hidden 768)",
+                       lambda t: t.GPT2LMHeadModel(t.GPT2Config()), 50257)]
     specs += [_transformer_spec(n, c, True) for n, c in GPT.items()]
     specs += [_transformer_spec(n, c, False) for n, c in BERT.items()]
     specs += [_randwire_spec(g, s) for g in ("ws", "er", "ba") for s in range(3)]

@@ -82,3 +82,15 @@ def test_a_table_that_cannot_line_up_is_refused_not_matched_by_name():
 
     with pytest.raises(Exception, match="changes with the batch size"):
         profile(Shaped, lambda b: (torch.randn(b, 4),), name="shaped", batches=(1, 8), repeats=1, min_time_s=0.0)
+
+
+def test_vit_b_16_runs_one_graph_at_batch_1_and_8_with_free_views_and_its_own_batch_8_times():
+    # the case: exported at fixed sizes, vit_b_16 had 827 operators at batch 1 and 875 at batch 8, and
+    # 12 addmm had no batch-8 entry
+    graph = profile_zoo("vit_b_16", device=None, batches=(1, 8))
+    ops = [t for t in graph.tasks if t.kind != "input"]
+    assert all(set(t.time_by_batch["a100"]) == {8} for t in ops)
+    addmm = [t for t in ops if t.kind == "addmm"]
+    assert len(addmm) >= 12 and all(t.time_by_batch["a100"][8] > t.time["a100"] for t in addmm)
+    views = [t for t in ops if t.kind in ("view", "permute", "expand", "unsqueeze", "select")]
+    assert len(views) > 100 and all(t.time["a100"] == 0 == t.time_by_batch["a100"][8] for t in views)

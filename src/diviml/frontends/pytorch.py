@@ -559,8 +559,12 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
             batches: Sequence[int] = (1,), measured_type: str | None = HOST_TYPE,
             analytic_types: Sequence[str] = ("v100", "a100"), repeats: int = 5, warmup: int = 1,
             threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
-            progress: Callable[[str], None] | None = None, device: str = "cpu") -> TaskGraph:
+            progress: Callable[[str], None] | None = None, device: str = "cpu",
+            fold_constants: bool = True) -> TaskGraph:
     """Capture and cost a model at each batch size; the first is the graph's own, the others fill the tables.
+
+    ``fold_constants=False`` keeps what depends on no input as per-request work (the cost model before
+    constant folding, for comparison).
 
     ``device`` is the torch device measured on (its times are recorded as ``measured_type``): the model and
     its inputs are put there before capture, so the captured graph runs there as the model would. Measured
@@ -591,11 +595,11 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
         if progress:
             progress(f"profiling {name} at batch {b} ({i + 1}/{len(batches)})")
         if base is None:
-            captured = capture_at(model, inputs_fn, b)
+            captured = capture_at(model, inputs_fn, b, fold_constants=fold_constants)
         elif base[0].dynamic_batch:
             captured = with_inputs(base[0], inputs_fn(b))
         else:
-            captured = capture(model, inputs_fn(b))
+            captured = capture(model, inputs_fn(b), fold_constants=fold_constants)
         records = measure(captured, repeats=repeats if measured_type else 0, warmup=warmup if measured_type else 0,
                           threads=threads, min_time_s=min_time_s, progress=progress)
         per_batch[b] = {r.name: r for r in records}
@@ -659,7 +663,7 @@ def measured_device_type(device: str | None) -> str | None:
 
 def profile_zoo(name: str, *, batches: Sequence[int] = (1,), device: str | None = "cpu", repeats: int = 5,
                 threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
-                progress: Callable[[str], None] | None = None) -> TaskGraph:
+                progress: Callable[[str], None] | None = None, fold_constants: bool = True) -> TaskGraph:
     """Profile a zoo model: measured on ``device`` ("cpu", "cuda", "cuda:N", or None for analytic costs only),
     roofline times for every other device type of the catalogue."""
     from ..zoo import get
@@ -668,7 +672,7 @@ def profile_zoo(name: str, *, batches: Sequence[int] = (1,), device: str | None 
     analytic = [t for t in CATALOGUE if t != measured]
     return profile(model.build, model.inputs, name=name, batches=batches, measured_type=measured,
                    analytic_types=analytic, repeats=repeats, threads=threads, min_time_s=min_time_s,
-                   progress=progress, device=device or "cpu")
+                   progress=progress, device=device or "cpu", fold_constants=fold_constants)
 
 
 @dataclass(frozen=True)

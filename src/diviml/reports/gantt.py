@@ -192,7 +192,7 @@ def html_page(plan: Plan, problem: Problem) -> str:
     summary = plan.summary()
     rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in summary.items())
     return _PAGE.replace("__TITLE__", html.escape(_title(plan, problem))).replace("__ROWS__", rows).replace(
-        "__DATA__", json.dumps(data).replace("</", "<\\/")).replace("__UNIT__", html.escape(plan.time_unit))
+        "__DATA__", json.dumps({**data, "unit": plan.time_unit}).replace("<", "\\u003c"))  # no "</script>" or "<!--"
 
 
 _PAGE = """<!DOCTYPE html>
@@ -211,7 +211,9 @@ label{margin-right:1em;font-size:13px}
 <div id="chart"></div><div id="tip"></div>
 <table>__ROWS__</table>
 <script>
-const data = __DATA__, unit = "__UNIT__";
+const data = __DATA__, unit = esc(data.unit);
+// every name from an input file (devices, task ids, modules) is text, never markup
+function esc(s){ return String(s).replace(/[&<>"']/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'})[c]); }
 const chart = document.getElementById('chart'), tip = document.getElementById('tip');
 function draw(){
   const zoom = +document.getElementById('zoom').value, showT = document.getElementById('showTransfers').checked;
@@ -221,18 +223,18 @@ function draw(){
   if (data.kind === 'pipeline') end = Math.max(end, ...Object.values(data.loads));
   const x = t => left + (W - left - 10) * t / end;
   parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}">`);
-  data.devices.forEach((d, i) => parts.push(`<text x="4" y="${i*rowH+22}" font-size="12">${d}</text>`));
+  data.devices.forEach((d, i) => parts.push(`<text x="4" y="${i*rowH+22}" font-size="12">${esc(d)}</text>`));
   if (data.kind === 'pipeline') {
     const acc = {};
     data.tasks.forEach(t => { const s = acc[t.device] || 0; acc[t.device] = s + t.value;
-      parts.push(`<rect class="task" x="${x(s)}" y="${row[t.device]*rowH+8}" width="${Math.max(x(s+t.value)-x(s),0.5)}" height="20" stroke="#fff" stroke-width=".3" data-tip="${t.task}: ${t.value.toPrecision(4)} ${unit}"/>`); });
+      parts.push(`<rect class="task" x="${x(s)}" y="${row[t.device]*rowH+8}" width="${Math.max(x(s+t.value)-x(s),0.5)}" height="20" stroke="#fff" stroke-width=".3" data-tip="${esc(t.task)}: ${t.value.toPrecision(4)} ${unit}"/>`); });
     data.devices.forEach(d => { const c = acc[d] || 0, l = data.loads[d];
-      if (l > c) parts.push(`<rect class="comm" x="${x(c)}" y="${row[d]*rowH+8}" width="${x(l)-x(c)}" height="20" data-tip="${d} transfers: ${(l-c).toPrecision(4)} ${unit}"/>`); });
+      if (l > c) parts.push(`<rect class="comm" x="${x(c)}" y="${row[d]*rowH+8}" width="${x(l)-x(c)}" height="20" data-tip="${esc(d)} transfers: ${(l-c).toPrecision(4)} ${unit}"/>`); });
     parts.push(`<line x1="${x(data.objective)}" x2="${x(data.objective)}" y1="0" y2="${H-30}" stroke="#d62728" stroke-dasharray="4"/>`);
   } else {
-    data.bars.forEach(b => parts.push(`<rect class="${b.critical ? 'critical' : 'task'}" x="${x(b.start)}" y="${row[b.device]*rowH+8}" width="${Math.max(x(b.finish)-x(b.start),0.5)}" height="20" stroke="#fff" stroke-width=".3" data-tip="${b.task} on ${b.device}${b.module ? ' ('+b.module+')' : ''}: ${b.start.toPrecision(5)} to ${b.finish.toPrecision(5)} ${unit}, batch ${b.batch}${b.critical ? ', critical path' : ''}"/>`));
+    data.bars.forEach(b => parts.push(`<rect class="${b.critical ? 'critical' : 'task'}" x="${x(b.start)}" y="${row[b.device]*rowH+8}" width="${Math.max(x(b.finish)-x(b.start),0.5)}" height="20" stroke="#fff" stroke-width=".3" data-tip="${esc(b.task)} on ${esc(b.device)}${b.module ? ' ('+esc(b.module)+')' : ''}: ${b.start.toPrecision(5)} to ${b.finish.toPrecision(5)} ${unit}, batch ${b.batch}${b.critical ? ', critical path' : ''}"/>`));
     if (showT) data.transfers.forEach(t => { const down = row[t.dst] > row[t.src];
-      parts.push(`<line class="transfer" x1="${x(t.start)}" y1="${row[t.src]*rowH+(down ? 28 : 8)}" x2="${x(t.finish)}" y2="${row[t.dst]*rowH+(down ? 8 : 28)}"><title>${t.task}: ${t.src} to ${t.dst}</title></line>`); });
+      parts.push(`<line class="transfer" x1="${x(t.start)}" y1="${row[t.src]*rowH+(down ? 28 : 8)}" x2="${x(t.finish)}" y2="${row[t.dst]*rowH+(down ? 8 : 28)}"><title>${esc(t.task)}: ${esc(t.src)} to ${esc(t.dst)}</title></line>`); });
   }
   for (let k = 0; k <= 10; k++) { const t = end * k / 10;
     parts.push(`<text x="${x(t)}" y="${H-8}" font-size="10" text-anchor="middle">${t.toPrecision(3)}</text>`); }
