@@ -274,7 +274,7 @@ class NodeRecord:
     bytes_accessed: float
     output_bytes: float
     times: list = field(default_factory=list)  # measured seconds
-    alias: bool = False  # returns a view of an input: no kernel runs
+    alias: bool = False  # no kernel runs: a view of an input, a shape query, a check
     outputs: float | None = None  # elements of the output (how many cores a CPU spreads the operator over)
 
 
@@ -290,19 +290,30 @@ def _nbytes(value) -> float:
 # operators that always return a view of their input: no kernel runs, only the tensor's metadata changes
 VIEWS = frozenset({"view", "_unsafe_view", "permute", "expand", "unsqueeze", "squeeze", "select", "slice", "t",
                    "transpose", "alias", "as_strided", "detach", "diagonal", "unfold", "split", "split_with_sizes",
-                   "unbind", "chunk", "narrow", "view_as", "expand_as"})
+                   "unbind", "chunk", "narrow", "view_as", "expand_as", "detach_"})
 # operators that return a view when they can and copy otherwise: a view where the output shares its input's storage
 MAYBE_VIEWS = frozenset({"reshape", "flatten", "unflatten", "contiguous"})
 
 
 def _is_view(kind: str, inputs: list, result) -> bool:
+    """Whether the operator runs no kernel: a view of an input, or no tensor at all (a shape query such as
+    ``sym_size``, a check such as ``_assert_tensor_metadata``)."""
     if kind in VIEWS:
         return True
     torch = _torch()
+    if not _holds_tensor(result):
+        return True
     if kind not in MAYBE_VIEWS or not isinstance(result, torch.Tensor) or result.device.type == "meta":
         return False
     ptr = result.untyped_storage().data_ptr()
     return any(x.untyped_storage().data_ptr() == ptr for x in inputs)
+
+
+def _holds_tensor(value) -> bool:
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        return True
+    return isinstance(value, (list, tuple)) and any(_holds_tensor(v) for v in value)
 
 
 def analytic_time(device_type: str, record: "NodeRecord") -> float:
