@@ -158,17 +158,6 @@ def test_a_world_size_that_matches_neither_servers_nor_devices_is_refused():
         rank_of_devices(CPU2, 3)
 
 
-def test_a_plan_that_splits_a_tasks_batch_is_refused_with_what_is_missing():
-    problem = profiled("gpt-tiny")
-    plan = diviml.solve(problem, "heft", time_limit=10)
-    t = plan.assignments[-1]
-    split = Plan("batch", plan.assignments[:-1] + (Assignment(t.task, "worker0", t.start, 1),
-                                                   Assignment(t.task, "worker1", t.start, 1)),
-                 plan.objective, 0.0, "feasible", "hand", batch_size=2)
-    with pytest.raises(InputError, match="dynamic batch"):
-        run("gpt-tiny", split, CPU2, repeats=1, warmup=0)
-
-
 # -- the command line, as a user runs it ---------------------------------------------------------------
 def cli(*args, timeout=600):
     return subprocess.run([sys.executable, "-m", "diviml", *map(str, args)], capture_output=True, text=True,

@@ -35,14 +35,15 @@ class Program:
     results: tuple[str, ...]  # value names of the program's flat outputs
 
 
-def cut(captured, device_order: dict[str, list[str]]) -> Program:
-    """The program's pieces for a plan's device order (device -> its tasks in order)."""
+def cut(captured, device_order: dict[str, list[str]], task_of: dict[str, str] | None = None) -> Program:
+    """The program's pieces for a plan's device order (device -> its tasks in order); ``task_of`` maps fx
+    nodes to those tasks (by default the profile's task ids, :func:`task_of_nodes`)."""
     import torch
     from torch.utils import _pytree
 
     gm = captured.gm
     nodes = {n.name: n for n in gm.graph.nodes}
-    task_of = task_of_nodes(captured)
+    task_of = task_of if task_of is not None else task_of_nodes(captured)
     user = list(captured.user_inputs)
     device_of = {t: d for d, ts in device_order.items() for t in ts}
     tasks = set(task_of.values())

@@ -14,6 +14,7 @@ from ..plan import Plan
 from ._dist import Comm, init, rank_of_devices
 from ._execute import Executor
 from ._pieces import cut
+from ._rows import job_id, sample_offsets, split_rows
 
 # outputs must match the unsplit module within these (relative, absolute) tolerances, by dtype: the split
 # program runs the same kernels, but a kernel may sum in another order on another thread count or device
@@ -169,16 +170,15 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     if unknown:
         raise InputError(f"the plan uses devices {unknown} that platform {platform.name!r} lacks: give the "
                          "platform it was scheduled for (--platform)")
-    split = sorted({a.task for a in plan.assignments if (a.batch or plan.batch_size) != plan.batch_size})
-    if split:
-        raise InputError(f"the plan splits the batch of {len(split)} tasks (e.g. {split[0]!r}) across devices; "
-                         "running split sub-batches needs a capture with a dynamic batch dimension, which the "
-                         "runtime does not have yet: run a plan without split tasks")
+    split = any(len(p) > 1 for p in plan.parts.values())
     order = plan.device_order
     if order is None:
         raise InputError(f"a {plan.objective_kind} plan has no start times to run in order: run a latency or "
                          "batch plan")
     batch = batch or plan.batch_size
+    if split and batch != plan.batch_size:
+        raise InputError(f"the plan splits tasks into sub-batches of a batch of {plan.batch_size}: run it at that "
+                         f"batch, not {batch}")
     if source.batch_fixed is not None and batch != source.batch_fixed:
         raise InputError(f"the model's factory gives inputs of batch {source.batch_fixed} but the plan is for "
                          f"batch {batch}: profile and schedule at the factory's batch")
@@ -195,14 +195,18 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     torch.manual_seed(0)  # every rank builds the same weights
     model = source.build()
     captured = capture_at(model, source.inputs, batch)
-    program = cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()})
     if problem is not None:
         _check_edges(captured, problem.graph)
+    if split:  # one copy of a split task per sub-batch (runtime._rows)
+        jobs = split_rows(captured, plan.parts, order, batch)
+        runnable, program = jobs.captured, cut(jobs.captured, jobs.device_order, jobs.task_of)
+    else:
+        runnable, program = captured, cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()})
     values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
     state = {v: values[v] for v in program.state}
     inputs = {v: values[v] for v in program.inputs}
 
-    reference, meta = _reference(captured, program, torch)
+    reference, meta = _reference(captured, runnable, program, torch)
     eager = _time_eager(captured, torch, max(3, repeats // 2))
     comm = None
     if world > 1:
@@ -245,7 +249,8 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     if problem is not None:  # the plan's device order re-timed on the given graph (it may be a calibrated one)
         from ..simulate import schedule
         timed = schedule(problem, plan.parts, order)
-        spans = {j.task: (j.start, j.finish) for j in timed.jobs}
+        part = {(t, off): k for t, p in plan.parts.items() for k, off in enumerate(sample_offsets([b for _, b in p]))}
+        spans = {job_id(j.task, part[j.task, j.offset], plan.parts): (j.start, j.finish) for j in timed.jobs}
         if abs(timed.makespan - predicted) > 1e-9 * max(predicted, 1e-12):
             notes.append(f"predicted on the given graph: {timed.makespan:.6g} s (the plan said {predicted:.6g} s)")
         predicted = timed.makespan
@@ -271,8 +276,9 @@ def _check_edges(captured, graph) -> None:
                          f"different edges (e.g. {sorted(differ)[0]}): give the graph profiled from this model")
 
 
-def _reference(captured, program, torch):
-    """The unsplit module's results (flat, in the program's order) and every tensor value's shape and dtype."""
+def _reference(captured, runnable, program, torch):
+    """The unsplit module's results (flat, in the program's order) and every tensor value's shape and dtype
+    in the program that runs (``runnable``: the captured one, or its rewrite into sub-batch jobs)."""
     meta: dict[str, tuple] = {}
 
     class Recorder(torch.fx.Interpreter):
@@ -285,7 +291,8 @@ def _reference(captured, program, torch):
             return value
 
     with torch.no_grad():
-        out = Recorder(captured.gm).run(*captured.args)
+        Recorder(runnable.gm).run(*runnable.args)
+        out = captured.gm(*captured.args)
     flat, _ = torch.utils._pytree.tree_flatten(out)
     return dict(zip(program.results, flat)), meta
 
@@ -335,9 +342,10 @@ def _piece_reports(program, runs, spans: dict | None) -> tuple[PieceReport, ...]
             if not seen:
                 continue
             pred_start = pred = None
-            if spans is not None:
-                pred_start = min(spans[t][0] for t in p.tasks)
-                pred = max(spans[t][1] for t in p.tasks) - pred_start
+            timed = [spans[t] for t in p.tasks if t in spans] if spans is not None else []  # a join is untimed
+            if timed:
+                pred_start = min(start for start, _ in timed)
+                pred = max(finish for _, finish in timed) - pred_start
             out.append(PieceReport(device, p.index, len(p.tasks), p.tasks[0],
                                    statistics.median(r.start for r in seen),
                                    statistics.median(r.finish - r.start for r in seen), pred_start, pred))

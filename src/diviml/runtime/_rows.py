@@ -1,0 +1,254 @@
+"""Run a batch plan's split tasks: rewrite the captured program into one copy of a task per sub-batch.
+
+A batch plan may run a task as several parts, each on consecutive samples of the batch in the order the
+plan lists them (as :mod:`diviml.simulate` reads it). Before the program is cut, every part of a split task
+becomes its own copy of the task's operators (a *job*), fed the samples it covers of each input: the
+matching part of a producer split the same way, a slice of one producer part, or the concatenation of the
+slices of several. The program's results join their parts. The rewritten program is specialised to the
+batch: a size read off the batch (a SymInt of the dynamic-batch export) is the part's own sample count in
+each copy.
+
+Where the batch sits in a value comes from the export's symbolic shapes: the one dimension whose size is the
+batch symbol, in any position (as after attention's transposes). A dimension that merges the batch with
+another (``32*s``, as after a reshape of sequence x batch) cannot be cut: whether the samples are its outer or
+inner index is not in the shape. A value whose size does not depend on the batch is read whole; a value whose
+batch cannot be located passes only between parts that cover the same samples, else the plan is refused with
+the task named. Cut and joined tensors keep the memory order the program gave the whole one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..errors import InputError
+from ..frontends.pytorch import Captured, task_of_nodes
+
+__all__ = ["Jobs", "split_rows", "job_id", "sample_offsets"]
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """A captured program rewritten so that every job (a task's part) has its own operators."""
+    captured: Captured  # same placeholders and arguments as the original, specialised to the batch
+    task_of: dict  # fx node name -> job id
+    device_order: dict  # plan device -> job ids in the plan's order
+    copies: dict  # (original node name, part index) -> the name of its copy
+
+
+def job_id(task: str, k: int, parts: dict) -> str:
+    """A task's own id when it runs whole, ``task:k`` for its k-th part."""
+    return task if len(parts[task]) == 1 else f"{task}:{k}"
+
+
+def sample_offsets(sizes: list[int]) -> list[int]:
+    """The first sample of each part, for parts of these sizes in order."""
+    out, at = [], 0
+    for b in sizes:
+        out.append(at)
+        at += b
+    return out
+
+
+class _Layout:
+    """Where the batch sits in each value of the dynamic-batch export, and what a size read off it is."""
+
+    def __init__(self, captured: Captured):
+        import sympy
+        import torch
+        self.torch, self.sympy = torch, sympy
+        user = captured.user_inputs
+        nodes = {n.name: n for n in captured.gm.graph.nodes}
+        symbols = set()
+        for name in user:
+            val = nodes[name].meta.get("val")
+            if isinstance(val, torch.Tensor) and val.dim() and isinstance(val.shape[0], torch.SymInt):
+                symbols |= val.shape[0].node.expr.free_symbols
+        if len(symbols) != 1:
+            raise InputError("this model's capture has no single dynamic batch dimension (it was exported at a "
+                             "fixed batch), so its tasks cannot be split by samples: run a plan that keeps every "
+                             "task whole")
+        self.batch = next(iter(symbols))
+
+    def _expr(self, size):
+        return size.node.expr if isinstance(size, self.torch.SymInt) else self.sympy.Integer(int(size))
+
+    def batch_dim(self, node) -> tuple[int, int] | None | str:
+        """(dimension, entries per sample) of a tensor value; None when its size does not depend on the
+        batch; "unknown" when it does in a way rows cannot be cut from."""
+        val = node.meta.get("val")
+        if not isinstance(val, self.torch.Tensor):
+            return "unknown" if self.depends(node) else None
+        found = []
+        for d, size in enumerate(val.shape):
+            expr = self._expr(size)
+            if self.batch in expr.free_symbols:
+                if self.sympy.simplify(expr - self.batch) != 0:  # merged with another dimension (k x batch)
+                    return "unknown"
+                found.append((d, 1))
+        if not found:
+            return None
+        return found[0] if len(found) == 1 else "unknown"
+
+    def memory_order(self, node, batch: int) -> list[int]:
+        """The value's dimensions from outermost to innermost in memory (by its strides at this batch)."""
+        val = node.meta["val"]
+        strides = [int(self._expr(st).subs(self.batch, batch)) for st in val.stride()]
+        return sorted(range(len(strides)), key=lambda d: (-strides[d], d))
+
+    def depends(self, node) -> bool:
+        val = node.meta.get("val")
+        if isinstance(val, (self.torch.SymInt, self.torch.SymFloat)):
+            return self.batch in val.node.expr.free_symbols
+        if isinstance(val, (list, tuple)):
+            return any(isinstance(v, self.torch.Tensor) and any(
+                self.batch in self._expr(s).free_symbols for s in v.shape) for v in val)
+        return False
+
+    def scalar(self, node, samples: int):
+        """A size computed from the batch (a SymInt), at ``samples`` samples; None for any other value."""
+        val = node.meta.get("val")
+        if isinstance(val, self.torch.SymInt):
+            return int(val.node.expr.subs(self.batch, samples))
+        if isinstance(val, self.torch.SymFloat):
+            return float(val.node.expr.subs(self.batch, samples))
+        return None
+
+
+def split_rows(captured: Captured, parts: dict, device_order: dict, batch: int) -> Jobs:
+    """The program with one copy of every split task per part (see the module docstring).
+
+    ``parts``: task -> [(device, samples)] in sample order; ``device_order``: device -> [(task, part index)]."""
+    import torch
+    aten = torch.ops.aten
+    layout = _Layout(captured)
+    gm = captured.gm
+    task_of = task_of_nodes(captured)
+    user = set(captured.user_inputs)
+    offsets = {t: sample_offsets([b for _, b in p]) for t, p in parts.items()}
+    graph = torch.fx.Graph()
+    whole: dict[str, object] = {}  # placeholder / attribute name -> its node in the new graph
+    copy: dict[tuple[str, int], object] = {}  # (old node, part) -> its copy
+    new_task: dict[str, str] = {}  # new node name -> job id
+    glue_cache: dict[tuple, object] = {}
+
+    def rows(task: str, k: int) -> tuple[int, int]:
+        lo = offsets[task][k]
+        return lo, lo + parts[task][k][1]
+
+    def emit(job: str, target, args) -> object:
+        node = graph.call_function(target, args)
+        new_task[node.name] = job
+        return node
+
+    def in_layout(job: str, old, make):
+        """``make(permuted) -> tensor`` run with the value's dimensions in the memory order the whole tensor
+        has in the program, so the result is dense in that order: later views need the strides the program
+        gave it (a cut or joined tensor is otherwise laid out as a fresh contiguous one)."""
+        order = layout.memory_order(old, batch)
+        if order == list(range(len(order))):
+            return make(lambda x: x, lambda d: d)
+        back = [order.index(d) for d in range(len(order))]
+        dense = make(lambda x: emit(job, aten.permute.default, (x, order)), lambda d: order.index(d))
+        return emit(job, aten.permute.default, (dense, back))
+
+    def cut_rows(job: str, old, value, where: tuple[int, int], lo: int, hi: int):
+        """Samples [lo, hi) of a value, dense in the value's own memory order."""
+        dim, per = where
+        return in_layout(job, old, lambda to, at: emit(job, aten.clone.default, (emit(
+            job, aten.slice.Tensor, (to(value), at(dim), lo * per, hi * per)),), ))
+
+    def join(job: str, old, values: list, dim: int):
+        return in_layout(job, old, lambda to, at: emit(job, aten.cat.default, ([to(v) for v in values], at(dim))))
+
+    def read(a, task: str, k: int):
+        """The value of old node ``a`` as part ``k`` of ``task`` needs it."""
+        if a.name in whole:
+            return whole[a.name]
+        producer = task_of.get(a.name)
+        if producer == task:
+            return copy[a.name, k]
+        n = rows(task, k)[1] - rows(task, k)[0]
+        scalar = layout.scalar(a, n)
+        if scalar is not None:
+            return scalar
+        lo, hi = rows(task, k)
+        job = job_id(task, k, parts)
+        where = layout.batch_dim(a)
+        if a.name in user:  # a user input is whole on its device: slice what this part needs
+            if where is None or (lo, hi) == (0, batch):
+                return copy[a.name, 0]
+            if where == "unknown":
+                raise InputError(f"input {a.name!r} carries the batch where it cannot be cut")
+            key = (a.name, job)
+            if key not in glue_cache:
+                glue_cache[key] = cut_rows(job, a, copy[a.name, 0], where, lo, hi)
+            return glue_cache[key]
+        if where is None:  # the same whole value in every part
+            return copy[a.name, 0]
+        same = [j for j in range(len(parts[producer])) if rows(producer, j) == (lo, hi)]
+        if same:
+            return copy[a.name, same[0]]
+        if where == "unknown":
+            raise InputError(f"task {task!r} and its input {producer!r} are split into different sub-batches, but "
+                             f"{producer!r}'s output holds the batch where samples cannot be cut from it: give "
+                             "both the same split")
+        key = (a.name, job)
+        if key in glue_cache:
+            return glue_cache[key]
+        pieces = []
+        for j in range(len(parts[producer])):
+            plo, phi = rows(producer, j)
+            top, bottom = max(lo, plo), min(hi, phi)
+            if top >= bottom:
+                continue
+            value = copy[a.name, j]
+            pieces.append(value if (top, bottom) == (plo, phi) else cut_rows(job, a, value, where, top - plo, bottom - plo))
+        glue_cache[key] = pieces[0] if len(pieces) == 1 else join(job, a, pieces, where[0])
+        return glue_cache[key]
+
+    output = None
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            output = node
+            continue
+        if node.op in ("placeholder", "get_attr") or node.name not in task_of:
+            new = graph.node_copy(node, lambda a: whole[a.name])
+            whole[node.name] = new
+            if node.name in user:
+                del whole[node.name]
+                copy[node.name, 0] = new
+                new_task[new.name] = job_id(node.name, 0, parts)
+            continue
+        task = task_of[node.name]
+        for k in range(len(parts[task])):
+            new = graph.node_copy(node, lambda a, k=k, task=task: read(a, task, k))
+            copy[node.name, k] = new
+            new_task[new.name] = job_id(task, k, parts)
+
+    joins: dict[str, str] = {}  # join job -> its device
+
+    def result(a):
+        task = task_of[a.name]
+        if len(parts[task]) == 1:
+            return copy[a.name, 0]
+        where = layout.batch_dim(a)
+        if not isinstance(where, tuple):
+            raise InputError(f"the model's output {a.name!r} is split into sub-batches but its batch cannot be "
+                             "located to join them: keep its task whole")
+        # the join is a job of its own, last on the device of the largest part: it waits for every part and
+        # nothing waits for it, so it cannot hold up a device another part needs
+        device = max(parts[task], key=lambda p: p[1])[0]
+        joins[f"{task}:join"] = device
+        return join(f"{task}:join", a, [copy[a.name, k] for k in range(len(parts[task]))], where[0])
+
+    graph.output(torch.fx.node.map_arg(output.args[0], result))
+    module = torch.fx.GraphModule(gm, graph)
+    names = [n.name for n in graph.nodes if n.op == "placeholder"]
+    if names != [n.name for n in gm.graph.nodes if n.op == "placeholder"]:
+        raise InputError("the rewritten program renamed its inputs")  # a bug, not the user's input
+    present = set(new_task.values())  # a split user input is one job: its other parts hold no operators
+    order = {d: [job_id(t, k, parts) for t, k in seq if job_id(t, k, parts) in present]
+             for d, seq in device_order.items()}
+    for job, device in joins.items():
+        order.setdefault(device, []).append(job)
+    return Jobs(replace(captured, gm=module), new_task, order, {key: n.name for key, n in copy.items()})
