@@ -164,3 +164,11 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and b"Traceback" not in err
+
+
+def test_a_mistyped_zoo_name_points_to_the_nearest_models_and_to_diviml_models():
+    r = run("schedule", "resnet5")
+    assert r.returncode == 2 and "did you mean resnet50" in r.stderr and "diviml models" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = run("schedule", "missing.json")
+    assert r.returncode == 2 and "missing.json: no such file" in r.stderr and "did you mean" not in r.stderr

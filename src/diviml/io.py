@@ -29,6 +29,12 @@ def load_input(path: str | Path, *, accelerators: int | None = None, cpus: int |
         if str(path) in zoo.MODELS:
             from .frontends.pytorch import profile_zoo
             return Input(profile_zoo(str(path), repeats=3, progress=progress), None, "model")
+        import difflib
+        close = difflib.get_close_matches(str(path), list(zoo.MODELS), n=3, cutoff=0.6)
+        if close or not Path(path).suffix:  # reads like a model name, not a file name
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            raise InputError(f"{path}: no such file, and no zoo model of that name; {hint}'diviml models' lists "
+                             "the models")
     data = read_json(path)
     if neurips2020.is_scenario(data):
         graph = neurips2020.graph_from_scenario(data, Path(path).stem)
