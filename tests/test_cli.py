@@ -172,3 +172,9 @@ def test_a_mistyped_zoo_name_points_to_the_nearest_models_and_to_diviml_models()
     assert len(r.stderr.strip().splitlines()) == 1
     r = run("schedule", "missing.json")
     assert r.returncode == 2 and "missing.json: no such file" in r.stderr and "did you mean" not in r.stderr
+
+
+@pytest.mark.parametrize("workers", ["0", "-1"])
+def test_workers_below_one_is_refused_not_read_as_all_cores_or_no_work(workers):
+    r = run("schedule", EXAMPLE, "--solver", "exact", "--workers", workers)
+    assert r.returncode == 2 and "--workers must be a whole number >= 1" in r.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import solvers
 from .errors import DivimlError, InputError
-from .graph import write_text_atomic
+from .graph import write_files_atomic
 from .frontends import neurips2020
 from .frontends.pytorch import MIN_TIMING_S
 from .io import DEFAULT_PLATFORM, load_problem
@@ -105,8 +105,7 @@ def cmd_schedule(args) -> dict:
     if args.split_out:
         loads = pipeline_loads(problem, plan.placement).total if plan.objective_kind == "pipeline" else None
         outputs.append((args.split_out, json.dumps(neurips2020.plan_to_split(plan, problem.platform, loads), indent=1)))
-    for path, content in outputs:
-        write_text_atomic(path, content)
+    write_files_atomic(outputs)
     out = plan.summary()
     if problem.objective.kind == "batch":
         out["throughput"] = problem.batch_size / plan.objective if plan.objective > 0 else float("inf")
@@ -244,8 +243,7 @@ def cmd_run(args) -> dict:
         if args.calibrate_out:
             calibrated = calibrated_graph(report, plan, problem)
             outputs.append((args.calibrate_out, json.dumps(calibrated.to_dict(), indent=1)))
-    for path, content in outputs:
-        write_text_atomic(path, content)
+    write_files_atomic(outputs)
     if rank != 0:  # rank 0 speaks for the run
         return {"_text": ""}
     return {**report.to_dict(), "written": [p for p, _ in outputs]}

@@ -285,15 +285,39 @@ def read_json(path: str | Path):
 
 
 def write_text_atomic(path: str | Path, text: str | bytes) -> None:
-    """Write a whole file or nothing: write beside it, then rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Write a whole file or nothing (see :func:`write_files_atomic`)."""
+    write_files_atomic([(path, text)])
+
+
+def write_files_atomic(outputs) -> None:
+    """Write every (path, text or bytes) or none: each goes to a temporary file of its own beside its target
+    (a unique name, so concurrent runs writing the same path do not share one), flushed to disk; only when all
+    are written are they renamed into place. A failure removes the temporaries and names the path."""
+    import os
+    import tempfile
+    staged: list[tuple[str, Path]] = []
+    umask = os.umask(0)
+    os.umask(umask)
     try:
-        if isinstance(text, bytes):
-            tmp.write_bytes(text)
-        else:
-            tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"{path}: cannot write it ({exc.strerror or exc})") from None
+        for path, text in outputs:
+            path = Path(path)
+            if path.is_dir():
+                raise InputError(f"{path}: cannot write it (a folder of that name exists)")
+            try:
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+                staged.append((tmp, path))
+                os.fchmod(fd, 0o666 & ~umask)  # as an ordinary new file, not mkstemp's owner-only mode
+                with os.fdopen(fd, "wb") as f:
+                    f.write(text if isinstance(text, bytes) else text.encode())
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                raise InputError(f"{path}: cannot write it ({exc.strerror or exc})") from None
+        for tmp, path in staged:
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise InputError(f"{path}: cannot write it ({exc.strerror or exc})") from None
+    finally:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)

@@ -74,6 +74,9 @@ def check_options(solver: str, options: dict) -> None:
     unknown = sorted(set(options) - set(accepted) - {"progress"})
     if unknown:
         raise InputError(f"solver {solver!r} takes no option {', '.join('--' + u.replace('_', '-') for u in unknown)}")
+    workers = options.get("workers")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise InputError(f"--workers must be a whole number >= 1, got {workers!r} (leave it out for the default)")
     check = getattr(get(solver), "check_options", None)
     if check:
         check(**options)
