@@ -106,3 +106,45 @@ def test_a_set_of_outputs_is_written_whole_or_not_at_all(tmp_path):
         write_files_atomic([(tmp_path / "plan.json", "new"), (tmp_path / "page.html", "<html>")])
     assert (tmp_path / "plan.json").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html", "plan.json"]
+
+
+def _layered40() -> dict:
+    import json
+    from pathlib import Path
+    return json.loads((Path(__file__).parent.parent / "examples" / "layered40.json").read_text())
+
+
+def _with(**changes) -> dict:
+    data = _layered40()
+    data.update(changes)
+    return data
+
+
+def _first_time(value) -> dict:
+    data = _layered40()
+    data["tasks"][0]["time"] = {k: value for k in data["tasks"][0]["time"]}
+    return data
+
+
+@pytest.mark.parametrize("data, says", [
+    (_first_time(10 ** 320), "digits is beyond"),          # an integer no float holds
+    (_first_time(1e308), r"beyond 1e\+100"),                # sums of such costs overflow
+    (_with(tasks=None), "'tasks' and 'edges' lists"),
+    (_with(tasks=5), "'tasks' and 'edges' lists"),
+    ({"tasks": [], "edges": []}, "no tasks"),
+    (_with(batch_size="eight"), "batch_size must be a whole number"),
+    (_with(batch_size=None), "batch_size must be a whole number"),
+    (_with(batch_size=[1]), "batch_size must be a whole number"),
+    (_with(batch_size=float("nan")), "batch_size must be a whole number"),
+    (_with(batch_size=0), "between 1 and"),
+])
+def test_a_malformed_graph_is_one_clear_error_not_a_crash(data, says):
+    with pytest.raises(InputError, match=says):
+        TaskGraph.from_dict(data)
+
+
+def test_a_graph_file_nested_too_deeply_is_refused(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"tasks": ' + "[" * 100_000 + "]" * 100_000 + ', "edges": []}')
+    with pytest.raises(InputError, match="nested too deeply"):
+        TaskGraph.load(path)

@@ -89,3 +89,40 @@ def test_platform_files_load_from_yaml(tmp_path):
     p = Platform.load(str(f))
     assert p.by_name["g"].link == Link(1e9, 1e-5)
     assert Platform.from_dict(p.to_dict()) == p
+
+
+def _paper(change) -> dict:
+    import yaml
+    from importlib import resources
+    data = yaml.safe_load((resources.files("diviml") / "presets" / "paper-server.yaml").read_text())
+    change(data)
+    return data
+
+
+def _v100(**fields):
+    return lambda d: d["devices"][1].update(fields)
+
+
+@pytest.mark.parametrize("change, says", [
+    (_v100(link={"bandwidth": 1e-300}), "at least 1 byte/s"),
+    (lambda d: d["devices"].__setitem__(1, 5), "device #1 must be a mapping"),
+    (_v100(link=5), "must be a mapping with 'bandwidth'"),
+    (lambda d: d.__setitem__("sources", 5), "'sources' must map"),
+    (_v100(host="false"), "must be true or false"),        # a string is not read as true
+    (_v100(memory=True), "expected a number, got True"),   # nor a boolean as one byte
+    (_v100(count=0), "between 1 and"),                      # a device is not dropped silently
+    (_v100(count=-1), "between 1 and"),
+    (_v100(count=100_000), "between 1 and"),                # nor does a typo make 100,000 devices
+    (_v100(memory=10 ** 320), "digits is beyond"),
+    (lambda d: d.__setitem__("devices", None), "'devices' must be a list"),
+])
+def test_a_malformed_platform_is_one_clear_error_not_a_crash(change, says):
+    with pytest.raises(InputError, match=says):
+        Platform.from_dict(_paper(change))
+
+
+def test_a_platform_file_nested_too_deeply_is_refused(tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("devices: " + "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError, match="nested too deeply"):
+        Platform.load(str(path))

@@ -119,6 +119,8 @@ class TaskGraph:
     # -- checks ----------------------------------------------------------------------------------
     def check(self) -> None:
         """Raise InputError naming the first problem found; silent for a sound graph."""
+        if not self.tasks:
+            raise InputError("the graph has no tasks: give at least one")
         seen: set[str] = set()
         for t in self.tasks:
             if not t.id:
@@ -199,7 +201,7 @@ class TaskGraph:
         schema = data.get("schema", SCHEMA)
         if schema != SCHEMA:
             raise InputError(f"unsupported graph schema {schema!r}: this diviml reads {SCHEMA!r}")
-        if "tasks" not in data or "edges" not in data:
+        if not isinstance(data.get("tasks"), list) or not isinstance(data.get("edges"), list):
             raise InputError("a diviml graph needs 'tasks' and 'edges' lists")
         tasks = []
         for i, d in enumerate(data["tasks"]):
@@ -214,7 +216,7 @@ class TaskGraph:
                     transfer_time=_opt(d.get("transfer_time")), colocation=_optstr(d.get("colocation")),
                     allowed_types=frozenset(map(str, allowed)) if allowed is not None else None,
                     phase=str(d.get("phase", "forward")), module=_optstr(d.get("module"))))
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
                 raise InputError(f"task #{i} is malformed ({exc.__class__.__name__}: {exc}): each task needs "
                                  "an 'id' and a 'time' object of device type -> number") from None
         try:
@@ -222,7 +224,8 @@ class TaskGraph:
         except (TypeError, ValueError):
             raise InputError("'edges' must be a list of [source_id, destination_id] pairs") from None
         return TaskGraph.create(tasks, edges, name=str(data.get("name", "graph")),
-                                time_unit=str(data.get("time_unit", "s")), batch_size=int(data.get("batch_size", 1)))
+                                time_unit=str(data.get("time_unit", "s")),
+                                batch_size=whole_number(data.get("batch_size", 1), "batch_size"))
 
     def save(self, path: str | Path) -> None:
         write_text_atomic(path, json.dumps(self.to_dict(), indent=1))
@@ -255,10 +258,28 @@ def time_at_batch(task: Task, device_type: str, batch: int, base_batch: int) -> 
     return table[b] * batch / b, True
 
 
+# No time, size or rate of a real model or machine comes near this; beyond it, sums of costs overflow.
+LARGEST = 1e100
+
+
 def _num(v) -> float:
+    """A number from an input file: a JSON/YAML number (not a boolean) of magnitude at most LARGEST."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"expected a number, got {v!r}")
+    if isinstance(v, int) and abs(v) > LARGEST:
+        raise ValueError(f"a number of {len(str(abs(v)))} digits is beyond {LARGEST:g}")
+    if abs(v) > LARGEST:
+        raise ValueError(f"{float(v):g} is beyond {LARGEST:g}")
     return float(v)
+
+
+def whole_number(v, what: str, low: int = 1, high: int = 10 ** 6) -> int:
+    """A whole number in [low, high] from an input file (an integral float is accepted), else InputError."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+        raise InputError(f"{what} must be a whole number, got {v!r}")
+    if not low <= v <= high:
+        raise InputError(f"{what} must be between {low} and {high}, got {v!r}")
+    return int(v)
 
 
 def _opt(v) -> float | None:
@@ -280,6 +301,8 @@ def read_json(path: str | Path):
         raise InputError(f"{path}: cannot read it ({exc.__class__.__name__})") from None
     try:
         return json.loads(text)
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to be a graph, plan or platform") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
 

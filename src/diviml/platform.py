@@ -26,7 +26,7 @@ from typing import Mapping
 import yaml
 
 from .errors import InputError
-from .graph import Task
+from .graph import Task, _num as _json_num, whole_number
 
 
 @dataclass(frozen=True)
@@ -139,16 +139,23 @@ class Platform:
         if not isinstance(data, Mapping) or "devices" not in data:
             raise InputError(f"{origin}: a platform needs a 'devices' list")
         devices: list[Device] = []
+        if not isinstance(data["devices"], list):
+            raise InputError(f"{origin}: 'devices' must be a list of devices, each with 'name' and 'type'")
         try:
-            for entry in data["devices"]:
-                count = int(entry.get("count", 1))
+            for k, entry in enumerate(data["devices"]):
+                if not isinstance(entry, Mapping):
+                    raise InputError(f"{origin}: device #{k} must be a mapping with 'name' and 'type', got {entry!r}")
+                count = whole_number(entry.get("count", 1), f"{origin}: count of device #{k}", 1, MAX_COUNT)
+                host = entry.get("host", False)
+                if not isinstance(host, bool):
+                    raise InputError(f"{origin}: 'host' of device #{k} must be true or false, got {host!r}")
                 for i in range(count):
                     name = str(entry["name"]) if count == 1 else f"{entry['name']}{i}"
                     mem = entry.get("memory")
                     devices.append(Device(
                         name=name, type=str(entry["type"]),
-                        memory_bytes=math.inf if mem is None else _positive(float(mem), f"memory of {name}"),
-                        server=str(entry.get("server", "server0")), is_host=bool(entry.get("host", False)),
+                        memory_bytes=math.inf if mem is None else _positive(_num(mem), f"memory of {name}"),
+                        server=str(entry.get("server", "server0")), is_host=host,
                         link=_link(entry.get("link"), f"link of {name}"),
                         threads=_threads(entry.get("threads"), name)))
             peer = {}
@@ -157,11 +164,14 @@ class Platform:
                 peer[frozenset((str(a), str(b)))] = _link(p, f"peer link {a}-{b}")
             network = _link(data.get("network"), "network")
             groups = tuple(tuple(map(str, g)) for g in data.get("groups", []) or [])
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise InputError(f"{origin}: malformed platform ({exc.__class__.__name__}: {exc}); each device "
                              "needs 'name' and 'type', links need 'bandwidth' (bytes/s)") from None
+        sources = data.get("sources", {}) or {}
+        if not isinstance(sources, Mapping):
+            raise InputError(f"{origin}: 'sources' must map each number to where it comes from")
         platform = Platform(tuple(devices), str(data.get("name", origin)), peer, network, groups,
-                            str(data.get("description", "")), dict(data.get("sources", {}) or {}))
+                            str(data.get("description", "")), {str(k): str(v) for k, v in sources.items()})
         platform.check(origin)
         return platform
 
@@ -203,7 +213,23 @@ class Platform:
             data = yaml.safe_load(path.read_text()) if path.suffix in (".yaml", ".yml") else json.loads(path.read_text())
         except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"{path}: cannot parse the platform file ({str(exc).splitlines()[0]})") from None
+        except RecursionError:
+            raise InputError(f"{path}: nested too deeply to be a platform") from None
         return Platform.from_dict(data, origin=str(path))
+
+
+def _num(v) -> float:
+    """A number of a platform file; a string that reads as one too, since YAML 1.1 reads 1e9 (no dot) as text."""
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            raise ValueError(f"expected a number, got {v!r}") from None
+    return _json_num(v)
+
+
+# the most devices one platform entry may stand for (a count beyond is a typo, and each device costs memory)
+MAX_COUNT = 1024
 
 
 def _threads(v, name: str) -> int | None:
@@ -223,10 +249,15 @@ def _positive(v: float, what: str) -> float:
 def _link(d, what: str) -> Link | None:
     if d is None:
         return None
-    lat = float(d.get("latency", 0.0))
+    if not isinstance(d, Mapping):
+        raise InputError(f"{what} must be a mapping with 'bandwidth' (bytes/s) and optional 'latency' (s), got {d!r}")
+    lat = _num(d.get("latency", 0.0))
     if lat < 0 or math.isnan(lat):
         raise InputError(f"{what}: latency must be >= 0, got {lat}")
-    return Link(_positive(float(d["bandwidth"]), f"{what}: bandwidth"), lat)
+    bandwidth = _positive(_num(d["bandwidth"]), f"{what}: bandwidth")
+    if bandwidth < 1.0:  # below a byte per second a transfer's time overflows every sum
+        raise InputError(f"{what}: bandwidth must be at least 1 byte/s, got {bandwidth:g}")
+    return Link(bandwidth, lat)
 
 
 # -- presets ---------------------------------------------------------------------------------------
