@@ -38,3 +38,18 @@ def test_every_baseline_plan_carries_a_bound_no_larger_than_its_value(kind):
         plan = diviml.solve(p, solver, time_limit=10)
         assert 0 < plan.bound <= plan.objective
         assert plan.gap == pytest.approx((plan.objective - plan.bound) / plan.objective)
+
+
+def test_an_lp_bound_that_gets_no_time_is_dropped_and_the_cheap_bound_stands():
+    from diviml.bounds import path_work_bound
+    from diviml.generators import benchmark_platform
+    graph = layered_dag(200, seed=1)
+
+    def problem():
+        return Problem(graph, benchmark_platform(2), Objective("latency"))
+
+    assert work_bound(problem(), time_limit=0.0) == 0.0 and path_work_bound(problem(), time_limit=0.0) == 0.0
+    hurried, patient = lower_bound(problem(), time_limit=0.0), lower_bound(problem())
+    assert hurried == critical_path_bound(problem()) > 0
+    assert patient >= hurried and patient == max(critical_path_bound(problem()), path_work_bound(problem()),
+                                                 work_bound(problem()))

@@ -58,7 +58,8 @@ def make_plan(problem: Problem, parts: Parts | None = None, *, placement: Mappin
     if bound is not None and bound >= value:
         best_bound = bound  # proven optimal: the generic bounds cannot add anything
     else:
-        best_bound = lower_bound(problem) if bound is None else max(bound, lower_bound(problem))
+        generic = lower_bound(problem, watch.left)  # what is left of the limit (nothing: the cheap bounds)
+        best_bound = generic if bound is None else max(bound, generic)
     plan = Plan(problem.objective.kind, assignments, value, min(best_bound, value), status, solver,
                 watch.elapsed, problem.graph.time_unit, problem.batch_size, tuple(notes), dict(stats or {}))
     check(plan, problem)

@@ -173,7 +173,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
     contracted = Contracted(problem)
     start = warm_start(problem, watch)
     from ..bounds import lower_bound
-    scale = start.objective if start else lower_bound(problem)
+    scale = start.objective if start else lower_bound(problem, watch.left / 4)
     m, maps = build(problem, contracted, symmetry, unit=1000.0 / scale if scale > 0 else 1.0)
     hint = hint_vector(m, maps, problem, contracted, start.placement, symmetry) if start else None
     if progress:

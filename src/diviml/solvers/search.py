@@ -107,7 +107,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
     latency = problem.objective.kind == "latency"
     splits = promising_splits(problem)
     upper = baseline.objective if baseline else serial_upper_bound(problem)
-    best, improved, bound = baseline, False, lower_bound(problem)
+    best, improved, bound = baseline, False, lower_bound(problem, watch.left / 4)
     statuses, notes = [], []
     stats = {"baseline_objective": baseline.objective, "baseline_solver": baseline.solver} if baseline else {}
     for i, sizes in enumerate(splits):

@@ -126,7 +126,7 @@ def _init_worker(problem: Problem) -> None:
 
 def _baselines(time_limit: float) -> tuple[Plan | None, float]:
     """The baseline plan (:func:`.search.baseline_plan`) and the problem's lower bound, in a pool worker."""
-    return baseline_plan(_PROBLEM, Stopwatch(time_limit)), lower_bound(_PROBLEM)
+    return baseline_plan(_PROBLEM, Stopwatch(time_limit)), lower_bound(_PROBLEM, time_limit / 4)
 
 
 class _Baseline:
