@@ -81,10 +81,18 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, max_idea
     if problem.is_training and problem.objective.training == "gpipe":
         raise InputError("the DP handles inference and PipeDream training; for GPipe use --solver ip")
     contracted = Contracted(problem, merge_trivial=True)
-    upper = math.inf  # small graphs: no cut needed, and finding one costs more than it saves
+    upper, fallback = math.inf, None  # small graphs: no cut needed, and finding one costs more than it saves
     if contracted.num_classes > SMALL_GRAPH:
-        upper = _upper_bound(problem, watch)
-    value, placement, stats = run_dp(problem, contracted, watch, max_ideals, max_pairs, upper, progress)
+        fallback = _greedy_contiguous(problem, Stopwatch(max(1.0, watch.left / 10)))
+        upper = math.inf if fallback is None else fallback[0] * (1 + 1e-9)
+    try:
+        value, placement, stats = run_dp(problem, contracted, watch, max_ideals, max_pairs, upper, progress)
+    except BudgetExceeded as exc:  # out of time or budget: the best plan known, as every solver does
+        fallback = fallback or _greedy_contiguous(problem, Stopwatch(1.0))
+        if fallback is None:
+            raise
+        return make_plan(problem, fallback[2], solver=NAME, status="timeout" if watch.expired else "feasible",
+                         watch=watch, notes=[f"{exc}; this is the greedy contiguous plan"])
     contiguous = problem.objective.contiguous
     return make_plan(problem, placement=placement, solver=NAME, status="optimal" if contiguous else "feasible",
                      watch=watch, bound=value if contiguous else None,
@@ -173,14 +181,14 @@ def _csr(rows: list[list], width: int = 1):
     return (ptr, *(np.ascontiguousarray(col) for col in items.T))
 
 
-def _upper_bound(problem: Problem, watch: Stopwatch) -> float:
-    """Value of a contiguous greedy plan, to cut hopeless pairs (inf when greedy finds none)."""
+def _greedy_contiguous(problem: Problem, watch: Stopwatch):
+    """(value, factor, parts) of the best contiguous greedy fill, or None: its value cuts hopeless pairs, and
+    it is the plan returned when the DP does not finish."""
     from dataclasses import replace
 
     from . import greedy
     contiguous = replace(problem, objective=replace(problem.objective, contiguous=True))
-    best = greedy.best_fill(contiguous, Stopwatch(max(1.0, watch.left / 10)))
-    return math.inf if best is None else best[0] * (1 + 1e-9)
+    return greedy.best_fill(contiguous, watch)
 
 
 def _reconstruct(masks, arg_prev, arg_class, radix, dclasses, contracted, j, s) -> dict[str, str]:
