@@ -909,6 +909,16 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     finally:
         pool.close()
         background.close()
+    if best is None and watch.left > 0.1 and label == NAME:
+        # the modules' memory budgets are a heuristic cut of the devices' memory: the whole model may still fit
+        from . import exact
+        try:
+            whole = exact.solve(problem, time_limit=watch.left, seed=seed, workers=workers, decompose=False)
+        except InfeasibleError:
+            whole = None
+        if whole is not None:
+            return replace(whole, notes=whole.notes + (
+                f"{NAME}: neither the join nor a baseline fitted the memory; this is the whole-graph CP-SAT plan",))
     if best is None:
         raise InfeasibleError(f"{label} found no plan within the memory limits and no baseline fits: raise the "
                               "memory limit or the module size")
