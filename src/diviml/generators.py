@@ -66,6 +66,35 @@ def layered_dag(n: int, *, seed: int = 0, device_types: tuple[str, ...] = (CPU_T
             for _ in range(min(rng.randint(1, 3), room)):
                 tail = new(tail)
     new(tail)
+    tasks = _dnn_like_tasks(n, rng, device_types, ccr)
+    return TaskGraph.create(tasks, [(f"t{a}", f"t{b}") for a, b in sorted(edges)], name=f"dnn-like-n{n}-s{seed}")
+
+
+def random_dag(n: int, *, seed: int = 0, device_types: tuple[str, ...] = (CPU_TYPE,) + GPU_TYPES,
+               ccr: tuple[float, float] = (0.1, 1.0), window: int = 8, max_inputs: int = 3) -> TaskGraph:
+    """A randomly wired DAG of ``n`` tasks with one source and one sink and (almost always) no series point
+    between them: each task reads 1..``max_inputs`` of the ``window`` tasks before it, as randomly wired
+    networks do (Xie et al. 2019); tasks nobody reads feed the sink. Costs as in :func:`layered_dag`.
+
+    >>> g = random_dag(32, seed=1)
+    >>> len(g), sum(not p for p in g.predecessors.values()), sum(not s for s in g.successors.values())
+    (32, 1, 1)
+    """
+    if n < 3:
+        raise ValueError("a randomly wired DAG needs at least 3 tasks")
+    rng = random.Random(seed)
+    edges: set[tuple[int, int]] = set()
+    for v in range(1, n - 1):
+        earlier = list(range(max(0, v - window), v))
+        edges.update((u, v) for u in rng.sample(earlier, min(len(earlier), rng.randint(1, max_inputs))))
+    read = {u for u, _ in edges}
+    edges.update((u, n - 1) for u in range(n - 1) if u not in read)
+    tasks = _dnn_like_tasks(n, rng, device_types, ccr)
+    return TaskGraph.create(tasks, [(f"t{a}", f"t{b}") for a, b in sorted(edges)], name=f"random-n{n}-s{seed}")
+
+
+def _dnn_like_tasks(n: int, rng: random.Random, device_types: tuple[str, ...], ccr: tuple[float, float]) -> list[Task]:
+    """``n`` tasks with GPU-centred costs (see the module docstring): the first GPU type is the fastest."""
     gpus = [dt for dt in device_types if dt != CPU_TYPE]
     factors = {}
     for dt in device_types:  # the first GPU type is the fastest
@@ -83,7 +112,7 @@ def layered_dag(n: int, *, seed: int = 0, device_types: tuple[str, ...] = (CPU_T
         tasks.append(Task(id=f"t{i}", kind="op", time=time, time_by_batch=table,
                           memory_bytes=rng.uniform(0, 64e6), output_bytes=comm * REFERENCE_BANDWIDTH,
                           flops=base * 10e12))
-    return TaskGraph.create(tasks, [(f"t{a}", f"t{b}") for a, b in sorted(edges)], name=f"dnn-like-n{n}-s{seed}")
+    return tasks
 
 
 # GPU types in speed order for benchmark platforms, with their host links (PCIe, see presets/paper-server.yaml)

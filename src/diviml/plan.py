@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -12,6 +13,21 @@ from .graph import read_json, write_text_atomic
 
 SCHEMA = "diviml.plan/1"
 STATUSES = ("optimal", "feasible", "timeout", "infeasible")
+
+
+def format_gap(gap: float) -> str:
+    """A gap as a percentage that never reads 0 when it is not: two significant digits below 0.1%.
+
+    >>> format_gap(0.0), format_gap(3.2e-6), format_gap(4e-7), format_gap(0.0421)
+    ('0%', '0.00032%', '0.00004%', '4.21%')
+    """
+    if gap <= 0:
+        return "0%"
+    percent = 100 * gap
+    if gap >= 1e-3:
+        return f"{percent:.2f}%"
+    digits = 1 - math.floor(math.log10(percent))  # two significant digits, never in exponent form
+    return f"{percent:.{digits}f}".rstrip("0").rstrip(".") + "%"
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ def test_every_baseline_returns_a_validated_plan(platform, kind, solver):
         return
     plan = diviml.solve(p, solver, time_limit=5)
     assert validate(plan, p).ok
-    assert plan.status == "feasible" and plan.solver == solver
+    assert plan.status in ("feasible", "optimal") and plan.solver == solver
+    assert plan.status == "feasible" or plan.gap <= 1e-5  # optimal only where the bound proves it
 
 
 def test_heft_beats_the_best_single_device_on_a_branchy_graph(platform):

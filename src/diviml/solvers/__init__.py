@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 
 from ..errors import InputError
 
@@ -82,14 +83,61 @@ def check_options(solver: str, options: dict) -> None:
         check(**options)
 
 
+def resolve(problem, solver: str) -> tuple[str, str | None]:
+    """The solver that runs for ``solver`` on ``problem`` and why: ``auto`` chooses by the problem
+    (:func:`.auto.choose`), any other name is itself (and no reason)."""
+    if solver != "auto":
+        return solver, None
+    from .auto import choose
+    return choose(problem)
+
+
 def solve(problem, solver: str = "heft", *, time_limit: float = 60.0, seed: int = 0, **options):
-    """Solve ``problem`` with the named solver, after checking it handles the objective and the options.
+    """Solve ``problem`` with the named solver (``auto``: chosen by :func:`resolve`, which a note on the plan
+    says), after checking it handles the objective and the options.
 
     ``progress`` (a callable taking one line) is passed to solvers that report progress, dropped for others.
     """
+    solver, because = resolve(problem, solver)
+    if because:
+        plan = solve(problem, solver, time_limit=time_limit, seed=seed, **options)
+        return replace(plan, notes=(f"auto chose {solver}: {because}",) + plan.notes)
     check_request(problem.objective.kind, solver, time_limit)
     module = get(solver)
     if "progress" not in inspect.signature(module.solve).parameters:
         options.pop("progress", None)
     check_options(solver, options)
-    return module.solve(problem, time_limit=time_limit, seed=seed, **options)
+    started = time.perf_counter()
+    plan = module.solve(problem, time_limit=time_limit, seed=seed, **options)
+    return settle_status(plan, time_limit, max(plan.solve_time_s, time.perf_counter() - started))
+
+
+PROVEN_GAP = 1e-5  # a plan within 0.001% of its proven bound is "optimal" (MILP solvers use 1e-4)
+LIMIT_REACHED = 0.9  # a solve that ran this share of its time limit or more 'reached' it
+
+
+def settle_status(plan, time_limit: float, elapsed: float):
+    """The plan with the status that means one thing (README, "Statuses"): ``optimal`` when the solver proved
+    it (within the rounding its gap shows) or its objective is within :data:`PROVEN_GAP` of its proven bound,
+    whatever the solver said; otherwise ``timeout`` when the run
+    reached its time limit, and ``feasible`` when it stopped before it (a note says so where the solver had
+    said ``timeout``: one of its parts ran out of its own share of the time). ``infeasible`` stays.
+
+    >>> from diviml.plan import Plan
+    >>> settle_status(Plan("latency", (), 1.0, 1.0, "feasible", "heft"), 10, 0.1).status
+    'optimal'
+    >>> settle_status(Plan("latency", (), 2.0, 1.0, "timeout", "split"), 10, 2.0).status
+    'feasible'
+    """
+    if plan.status in ("infeasible", "optimal"):  # a solver's "optimal" is its proof (gap: its rounding)
+        return plan
+    if plan.objective <= plan.bound + PROVEN_GAP * abs(plan.objective):
+        return replace(plan, status="optimal")
+    if elapsed >= LIMIT_REACHED * time_limit:
+        return replace(plan, status="timeout")
+    notes = plan.notes
+    if plan.status == "timeout":
+        notes += (f"stopped after {elapsed:.3g} s of its {time_limit:g} s limit: a part of the solve ran out of "
+                  "its own share of the time, so the plan is not proven optimal; a longer --time-limit may close "
+                  "the gap",)
+    return replace(plan, status="feasible", notes=notes)

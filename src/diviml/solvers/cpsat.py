@@ -209,4 +209,4 @@ class Progress(cp_model.CpSolverSolutionCallback):
             return
         self._next = now + 1.0
         self.report(f"  cp-sat: incumbent {self.objective_value * self.tick:.6g}, bound "
-                    f"{self.best_objective_bound * self.tick:.6g} at {self.wall_time:.1f} s")
+                    f"{self.best_objective_bound * self.tick:.6g} at {self.wall_time:.1f} s of this solve")

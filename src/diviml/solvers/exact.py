@@ -5,9 +5,11 @@ couples the pieces between them (no memory limit that can bind, no co-location, 
 run early), the optimum is the chain DP of the pieces' optima: each piece is solved with CP-SAT for every
 (entry device, exit device) pair and joined exactly (:func:`.split.solve_chain`, cuts at series points
 only). The plan is proven optimal when every piece is, and the DP on the pieces' bounds is a valid bound
-otherwise. Graphs without that structure, and ``decompose=False``, get the monolithic model
-(:mod:`.cpsat`). Measured on the layered benchmark DAGs: N = 320, K = 3 proven in about 2 s, where the
-monolithic model ends 60 s at a 4-10% gap.
+otherwise. Graphs without that structure, graphs where one piece holds more than 3/4 of the tasks (each
+of its (entry, exit) solves would get a slice of the time for little gain: on randomly wired DAGs of 48-96
+tasks the monolithic model found plans 4-6% better at 20 s, ``benchmarks/auto_choice.py``), and
+``decompose=False`` get the monolithic model (:mod:`.cpsat`). Measured on the layered benchmark DAGs:
+N = 320, K = 3 proven in about 2 s, where the monolithic model ends 60 s at a 4-10% gap.
 
 Batch objective: the batch is split the same way for every task into L near-equal sub-batches
 (L = 1 .. number of devices, skipping splits whose HEFT makespan is far behind the best split's, see
@@ -30,10 +32,11 @@ from .modules import detect
 from .search import Outcome, exact_search, heft_hint
 
 NAME = "exact"
+PIECE_SIZE = 20  # consecutive pieces are merged up to this many tasks
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
-          symmetry: str = "tasks", resolution: int = 10_000_000, decompose: bool = True, piece_size: int = 20,
+          symmetry: str = "tasks", resolution: int = 10_000_000, decompose: bool = True, piece_size: int = PIECE_SIZE,
           progress=None, on_incumbent=None) -> Plan:
     """``decompose``: solve latency problems piece by piece between series points where that is exact;
     consecutive pieces are merged up to ``piece_size`` tasks (fewer solves, each still small).
@@ -42,7 +45,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     is reached; a decomposed solve calls it once, with its plan."""
     if decompose and problem.objective.kind == "latency":
         chain = detect(problem.graph, piece_size, cut_large=False)
-        if len(chain.modules) > 1 and split.separable(problem, chain):
+        if pays_to_decompose(problem, chain):
             plan = split.solve_chain(problem, chain, time_limit=time_limit, seed=seed, workers=workers,
                                      module_time_limit=time_limit, progress=progress, label="exact")
             if on_incumbent:
@@ -55,9 +58,20 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
         return solve_jobs(jobs, upper=upper, time_limit=budget, seed=seed, workers=workers, symmetry=symmetry,
                           resolution=resolution, hint=heft_hint(jobs, symmetry), progress=progress,
                           on_incumbent=on_incumbent)
-    return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry)
+    return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry, progress=progress)
 
 
-def check_options(*, piece_size: int = 20, **_) -> None:
+LARGEST_PIECE_SHARE = 0.75  # decompose only where no piece holds more of the tasks than this
+
+
+def pays_to_decompose(problem: Problem, chain) -> bool:
+    """Whether the latency solve goes piece by piece: more than one piece, none holding more than
+    :data:`LARGEST_PIECE_SHARE` of the (non-constant) tasks, and the pieces' optima join into the optimum."""
+    sizes = [sum(t not in chain.constants for t in m.tasks) for m in chain.modules]
+    return (problem.objective.kind == "latency" and len(sizes) > 1
+            and max(sizes) <= LARGEST_PIECE_SHARE * sum(sizes) and split.separable(problem, chain))
+
+
+def check_options(*, piece_size: int = PIECE_SIZE, **_) -> None:
     if piece_size < 1:
         raise InputError(f"piece size must be at least 1 task, got {piece_size}")

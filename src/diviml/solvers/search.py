@@ -99,7 +99,10 @@ def serial_upper_bound(problem: Problem) -> float:
     return total
 
 
-def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: float, symmetry: str) -> Plan:
+def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: float, symmetry: str,
+                 progress=None) -> Plan:
+    """The engine on each batch split in turn (latency: the one split), from the best baseline's plan; the best
+    plan found. ``progress`` hears, on the run's own clock, each split as it starts and ends, and the result."""
     if symmetry not in CRITERIA:
         raise InputError(f"unknown symmetry criterion {symmetry!r}: choose {', '.join(CRITERIA)}")
     watch = Stopwatch(time_limit)
@@ -112,6 +115,9 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
     stats = {"baseline_objective": baseline.objective, "baseline_solver": baseline.solver} if baseline else {}
     for i, sizes in enumerate(splits):
         jobs = JobGraph(problem, sizes)
+        if progress and len(splits) > 1:
+            progress(f"  {name}: batch split {i + 1}/{len(splits)} ({'/'.join(map(str, sizes))} samples) at "
+                     f"{watch.elapsed:.1f} s, best so far {best.objective if best else float('inf'):.6g}")
         out = engine(jobs, upper, watch.left / (len(splits) - i))
         statuses.append(out.status)
         if out.status == "infeasible" and latency:
@@ -153,5 +159,8 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
             stats["speedup_vs_best_device"] = single[0].objective / best.objective
     if best.objective <= bound * (1 + 1e-9):
         status = "optimal"
+    if progress:
+        progress(f"  {name}: best {best.objective:.6g}, bound {min(max(bound, best.bound), best.objective):.6g} "
+                 f"at {watch.elapsed:.1f} s")
     return replace(best, solver=name, status=status, bound=min(max(bound, best.bound), best.objective),
                    solve_time_s=watch.elapsed, notes=tuple(notes), stats={**best.stats, **stats})

@@ -1,0 +1,44 @@
+"""Statuses mean one thing each (README, "Statuses"): optimal = proved, timeout = the limit was reached,
+feasible = stopped before the limit without a proof."""
+
+import diviml
+from diviml.generators import layered_dag
+from diviml.plan import Plan
+from diviml.platform import Device, Platform
+from diviml.solvers import settle_status
+
+
+def plan(objective, bound, status):
+    return Plan("latency", (), objective, bound, status, "x")
+
+
+def test_a_plan_at_its_proven_bound_is_optimal_whatever_the_solver_said():
+    assert settle_status(plan(1.0, 1.0, "feasible"), 10, 0.1).status == "optimal"
+    assert settle_status(plan(1.0, 1.0, "timeout"), 10, 10.0).status == "optimal"
+    assert settle_status(plan(1.0, 1.0 - 1e-6, "feasible"), 10, 0.1).status == "optimal"
+
+
+def test_an_unproven_plan_is_timeout_only_when_the_run_reached_its_limit():
+    assert settle_status(plan(2.0, 1.0, "timeout"), 10, 9.5).status == "timeout"
+    assert settle_status(plan(2.0, 1.0, "feasible"), 10, 10.2).status == "timeout"
+    early = settle_status(plan(2.0, 1.0, "timeout"), 10, 1.5)
+    assert early.status == "feasible" and any("ran out of its own share" in n for n in early.notes)
+    assert settle_status(plan(2.0, 1.0, "feasible"), 10, 1.5).status == "feasible"
+
+
+def test_infeasible_stays_infeasible():
+    assert settle_status(plan(float("inf"), 1.0, "infeasible"), 10, 1).status == "infeasible"
+
+
+def test_a_baseline_whose_plan_meets_the_bound_reports_optimal():
+    one_cpu = Platform((Device("cpu", "cpu", 192e9, "server0", True),), "one-cpu")
+    problem = diviml.Problem(layered_dag(12, seed=2), one_cpu, diviml.Objective("latency"))
+    for solver in ("heft", "best-device", "greedy"):
+        p = diviml.solve(problem, solver, time_limit=5)
+        assert p.status == "optimal" and p.gap <= 1e-5, (solver, p.objective, p.bound)
+
+
+def test_a_solve_that_runs_to_its_limit_says_timeout():
+    problem = diviml.Problem(layered_dag(320, seed=0), diviml.preset("paper-server"), diviml.Objective("latency"))
+    p = diviml.solve(problem, "exact", time_limit=1, decompose=False)
+    assert p.status == "timeout" and p.gap > 0 and diviml.validate(p, problem).ok

@@ -1,0 +1,14 @@
+"""The examples in docstrings are specifications too: they run."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ("diviml.plan", "diviml.solvers", "diviml.solvers.auto", "diviml.frontends.derive", "diviml.generators")
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_hold(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
