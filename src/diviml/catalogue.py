@@ -105,13 +105,40 @@ CATALOGUE: dict[str, DeviceSpec] = {s.name: s for s in (
         "memory_bandwidth": "NVIDIA L4 datasheet: 300 GB/s GDDR6",
         "memory_bytes": "NVIDIA L4 datasheet: 24 GB",
         "launch_overhead": GPU_LAUNCH_SOURCE}),
+    DeviceSpec("t4", 8.1e12, 320e9, 16e9, GPU_LAUNCH, {
+        "peak_flops": "NVIDIA T4 datasheet: 8.1 TFLOP/s FP32",
+        "memory_bandwidth": "NVIDIA T4 datasheet: 320+ GB/s GDDR6",
+        "memory_bytes": "NVIDIA T4 datasheet: 16 GB",
+        "launch_overhead": GPU_LAUNCH_SOURCE}),
+    DeviceSpec("a10", 31.2e12, 600e9, 24e9, GPU_LAUNCH, {
+        "peak_flops": "NVIDIA A10 datasheet: 31.2 TFLOP/s FP32",
+        "memory_bandwidth": "NVIDIA A10 datasheet: 600 GB/s GDDR6",
+        "memory_bytes": "NVIDIA A10 datasheet: 24 GB",
+        "launch_overhead": GPU_LAUNCH_SOURCE}),
+    DeviceSpec("l40s", 91.6e12, 864e9, 48e9, GPU_LAUNCH, {
+        "peak_flops": "NVIDIA L40S datasheet: 91.6 TFLOP/s FP32",
+        "memory_bandwidth": "NVIDIA L40S datasheet: 864 GB/s GDDR6",
+        "memory_bytes": "NVIDIA L40S datasheet: 48 GB",
+        "launch_overhead": GPU_LAUNCH_SOURCE}),
+    DeviceSpec("rtx4090", 82.6e12, 1008e9, 24e9, GPU_LAUNCH, {
+        "peak_flops": "NVIDIA Ada Lovelace architecture whitepaper (GeForce RTX 4090): 82.6 TFLOP/s FP32",
+        "memory_bandwidth": "NVIDIA GeForce RTX 4090 specifications: 1,008 GB/s GDDR6X (21 Gbps x 384-bit)",
+        "memory_bytes": "NVIDIA GeForce RTX 4090 specifications: 24 GB",
+        "launch_overhead": GPU_LAUNCH_SOURCE}),
+    DeviceSpec("mi300x", 81.7e12, 5.3e12, 192e9, GPU_LAUNCH, {
+        "peak_flops": "AMD Instinct MI300X datasheet: 81.7 TFLOP/s FP32 vector (163.4 matrix, not used: see the "
+                      "module docstring)",
+        "memory_bandwidth": "AMD Instinct MI300X datasheet: 5.3 TB/s HBM3",
+        "memory_bytes": "AMD Instinct MI300X datasheet: 192 GB",
+        "launch_overhead": GPU_LAUNCH_SOURCE + " (assumed the same for ROCm's eager launches)"}),
 )}
 
 
 # How a CUDA device's reported name maps to a catalogue entry, most specific first.
 CUDA_NAMES: tuple[tuple[str, str], ...] = (
     (r"\bh200\b", "h200"), (r"\bh100\b.*\b(sxm\w*|hbm3)\b", "h100-sxm"), (r"\bh100\b", "h100"),
-    (r"\ba100\b", "a100"), (r"\bv100\b", "v100"), (r"\bl4\b", "l4"))
+    (r"\ba100\b", "a100"), (r"\bv100\b", "v100"), (r"\bl40s\b", "l40s"), (r"\bl4\b", "l4"), (r"\bt4\b", "t4"),
+    (r"\ba10\b", "a10"), (r"\brtx 4090\b", "rtx4090"), (r"\bmi300x\b", "mi300x"))
 
 
 def device_type_of(cuda_name: str) -> str:
@@ -125,3 +152,4 @@ def spec(name: str) -> DeviceSpec:
     if name not in CATALOGUE:
         raise InputError(f"no device spec for {name!r}: choose one of {', '.join(CATALOGUE)}")
     return CATALOGUE[name]
+

@@ -25,6 +25,7 @@ from typing import Mapping
 
 import yaml
 
+from .catalogue import CATALOGUE, GPU_LAUNCH, DeviceSpec
 from .errors import InputError
 from .graph import Task, _num as _json_num, whole_number
 
@@ -58,6 +59,11 @@ class Platform:
     groups: tuple[tuple[str, ...], ...] = ()
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
+    device_specs: Mapping[str, DeviceSpec] = field(default_factory=dict)  # types the file describes
+
+    def spec_of(self, device_type: str) -> DeviceSpec | None:
+        """The roofline spec of a device type: the platform file's own description, else the catalogue's."""
+        return self.device_specs.get(device_type) or CATALOGUE.get(device_type)
 
     @cached_property
     def by_name(self) -> dict[str, Device]:
@@ -132,6 +138,8 @@ class Platform:
             out["groups"] = [list(g) for g in self.groups]
         if self.sources:
             out["sources"] = dict(self.sources)
+        if self.device_specs:
+            out["device_types"] = {name: _spec_dict(spec) for name, spec in self.device_specs.items()}
         return out
 
     @staticmethod
@@ -170,8 +178,13 @@ class Platform:
         sources = data.get("sources", {}) or {}
         if not isinstance(sources, Mapping):
             raise InputError(f"{origin}: 'sources' must map each number to where it comes from")
+        described = data.get("device_types", {}) or {}
+        if not isinstance(described, Mapping):
+            raise InputError(f"{origin}: 'device_types' must map each new type's name to its peak_flops and "
+                             "memory_bandwidth")
+        specs = {str(name): _device_spec(str(name), entry, origin) for name, entry in described.items()}
         platform = Platform(tuple(devices), str(data.get("name", origin)), peer, network, groups,
-                            str(data.get("description", "")), {str(k): str(v) for k, v in sources.items()})
+                            str(data.get("description", "")), {str(k): str(v) for k, v in sources.items()}, specs)
         platform.check(origin)
         return platform
 
@@ -226,6 +239,46 @@ def _num(v) -> float:
         except ValueError:
             raise ValueError(f"expected a number, got {v!r}") from None
     return _json_num(v)
+
+
+SPEC_FIELDS = ("peak_flops", "memory_bandwidth", "launch_overhead", "memory", "cores", "source")
+
+
+def _device_spec(name: str, data, origin: str) -> DeviceSpec:
+    """A device type a platform file describes (``device_types: {name: {...}}``), costed by the roofline:
+    ``peak_flops`` (FLOP/s, dense FP32) and ``memory_bandwidth`` (bytes/s) required; ``launch_overhead``
+    (s per operator, default the measured GPU launch), ``memory`` (bytes), ``cores`` (a CPU socket's cores;
+    default 1, a GPU) and ``source`` optional."""
+    what = f"{origin}: device type {name!r}"
+    if not isinstance(data, Mapping):
+        raise InputError(f"{what} must be a mapping with peak_flops and memory_bandwidth")
+    unknown = sorted(map(str, set(data) - set(SPEC_FIELDS)))
+    if unknown:
+        raise InputError(f"{what}: unknown field(s) {', '.join(unknown)}; known: {', '.join(SPEC_FIELDS)}")
+    missing = [k for k in ("peak_flops", "memory_bandwidth") if k not in data]
+    if missing:
+        raise InputError(f"{what} needs {' and '.join(missing)} (FLOP/s, bytes/s) to be costed by the roofline")
+    try:
+        peak = _positive(_num(data["peak_flops"]), f"{what}: peak_flops")
+        bandwidth = _positive(_num(data["memory_bandwidth"]), f"{what}: memory_bandwidth")
+        memory = _positive(_num(data["memory"]), f"{what}: memory") if "memory" in data else math.inf
+        launch = _num(data.get("launch_overhead", GPU_LAUNCH))
+    except (ValueError, OverflowError) as exc:
+        raise InputError(f"{what}: {exc}") from None
+    if not launch >= 0:
+        raise InputError(f"{what}: launch_overhead must be at least 0 seconds, got {launch!r}")
+    cores = whole_number(data.get("cores", 1), f"{what}: cores", 1, 4096)
+    source = str(data.get("source", "given in the platform file, no source stated"))
+    return DeviceSpec(name, peak, bandwidth, memory, launch, {"platform file": source}, cores=cores)
+
+
+def _spec_dict(spec: DeviceSpec) -> dict:
+    out = {"peak_flops": spec.peak_flops, "memory_bandwidth": spec.memory_bandwidth,
+           "launch_overhead": spec.launch_overhead, "cores": spec.cores,
+           "source": spec.sources.get("platform file", "")}
+    if math.isfinite(spec.memory_bytes):
+        out["memory"] = spec.memory_bytes
+    return out
 
 
 # the most devices one platform entry may stand for (a count beyond is a typo, and each device costs memory)

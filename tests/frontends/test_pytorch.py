@@ -153,7 +153,8 @@ def test_calibration_reports_how_far_the_roofline_is_from_measurements():
 
 @pytest.mark.parametrize("reported, expected", [("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100"),
                                                 ("Tesla V100-SXM2-16GB", "v100"), ("NVIDIA A100-SXM4-40GB", "a100"),
-                                                ("NVIDIA H200", "h200"), ("NVIDIA GeForce RTX 4090", "cuda")])
+                                                ("NVIDIA H200", "h200"), ("NVIDIA GeForce RTX 4090", "rtx4090"), ("Tesla T4", "t4"),
+                                                ("NVIDIA GeForce GTX 1080", "cuda")])
 def test_a_gpus_reported_name_picks_its_catalogue_entry(reported, expected):
     from diviml.catalogue import device_type_of
     assert device_type_of(reported) == expected
