@@ -21,6 +21,13 @@ def test_a_large_operator_moves_to_the_servers_peak_keeping_its_measured_efficie
     assert t == pytest.approx(HOST.dispatch + 2 * flops / 1.6e12)  # half the server's peak
 
 
+def test_an_operator_timed_faster_than_the_measured_host_peak_still_costs_the_servers_roofline():
+    flops, nbytes, outputs = 2e9, 1e6, 20 * GRAIN_SIZE
+    measured = HOST.dispatch + 0.5 * flops / 100e9  # twice the host's measured peak: measured in a busy moment
+    t = derived_time(XEON, flops, nbytes, outputs, measured, HOST)
+    assert t == pytest.approx(HOST.dispatch + flops / 1.6e12)  # no efficiency above 100% carried over
+
+
 def test_a_small_operator_runs_on_one_core_of_the_server():
     flops, nbytes, outputs = 2e4, 1e2, GRAIN_SIZE // 2  # under one grain: one core, 80 GFLOP/s
     measured = HOST.dispatch + flops / 100e9

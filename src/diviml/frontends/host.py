@@ -98,4 +98,6 @@ def derived_time(target: DeviceSpec, flops: float, nbytes: float, outputs: float
     w_host = host.work(flops, nbytes, outputs)
     if w_host <= 0:
         return measured
-    return host.dispatch + max(0.0, measured - host.dispatch) * w_target / w_host
+    # never below the target's own roofline: an operator timed in a quiet moment can beat a host peak that was
+    # measured in a busy one, and the ratio would then carry an efficiency above 100% to the target
+    return max(host.dispatch + w_target, host.dispatch + max(0.0, measured - host.dispatch) * w_target / w_host)
