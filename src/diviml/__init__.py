@@ -3,7 +3,7 @@
 Data flow: TaskGraph + Platform + Objective -> Problem -> solver -> Plan -> validate / simulate -> outputs.
 
 >>> import diviml
->>> problem = diviml.load_problem("examples/branchy.json", platform="paper-server")  # doctest: +SKIP
+>>> problem = diviml.load_problem("examples/layered40.json", platform="paper-server")  # doctest: +SKIP
 >>> plan = diviml.solve(problem, "heft", time_limit=10)                               # doctest: +SKIP
 >>> plan.objective, plan.bound, plan.gap                                              # doctest: +SKIP
 """
@@ -24,5 +24,14 @@ __version__ = "0.1.0"
 __all__ = [
     "Assignment", "Device", "DivimlError", "InfeasibleError", "InputError", "Link", "Objective", "Plan",
     "Platform", "Problem", "Task", "TaskGraph", "ValidationError", "check", "latency", "load_input",
-    "load_problem", "lower_bound", "pipeline_loads", "preset", "preset_names", "schedule", "solve", "validate",
+    "load_problem", "lower_bound", "pipeline_loads", "preset", "preset_names", "profile", "schedule", "solve",
+    "validate",
 ]
+
+
+def __getattr__(name: str):
+    """``diviml.profile(module, example_inputs)``: imported on first use, so that diviml runs without torch."""
+    if name == "profile":
+        from .frontends.pytorch import profile_module
+        return profile_module
+    raise AttributeError(f"module 'diviml' has no attribute {name!r}")

@@ -17,7 +17,7 @@ from .graph import write_files_atomic
 from .frontends import neurips2020
 from .frontends.pytorch import MIN_TIMING_S
 from .io import DEFAULT_PLATFORM, load_problem
-from .plan import Plan
+from .plan import Plan, format_gap
 from .platform import preset, preset_names
 from .problem import OBJECTIVES, Objective, Problem
 from .reports import gantt
@@ -47,20 +47,35 @@ def _add_problem_options(p: argparse.ArgumentParser, default_objective: str | No
     p.add_argument("--cpus", type=int, help="NeurIPS scenario: override l")
     p.add_argument("--memory", type=float, help="NeurIPS scenario: override bytes per accelerator")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.add_argument("--refresh", action="store_true",
+                   help="a zoo model name: profile it again instead of reading the cached profile")
+    p.add_argument("--allow-idle", action="store_true",
+                   help="a platform device type the graph has no times for (and none can be derived) is a warning, "
+                        "and the device stays idle, instead of an error")
 
 
 def _problem(args, objective_kind: str | None = None) -> Problem:
+    """The problem the command's arguments name; the lines saying which device types had their times derived
+    are kept in ``args.derived`` (shown unless --quiet, and among a schedule's notes)."""
+    args.derived = []
     kind = objective_kind or args.objective
     objective = Objective(kind, args.batch, args.training, args.contiguous, args.calls)
     problem = load_problem(args.input, platform=args.platform, objective=objective, accelerators=args.accelerators,
                            cpus=args.cpus, memory=args.memory,
+                           say=args.derived.append, refresh=getattr(args, "refresh", False),
                            progress=None if getattr(args, "quiet", True) else _progress)
+    if not getattr(args, "quiet", True):
+        for line in args.derived:
+            _progress(line)
     idle = sorted(problem.platform.device_types - problem.graph.device_types)
-    if idle:  # no task can run there: say so rather than leave a device idle without a word
+    if idle:  # no task can run there: an error, or with --allow-idle a warning, never a silently idle device
         names = [d.name for d in problem.platform.devices if d.type in idle]
-        _progress(f"warning: the graph has no times for device type(s) {', '.join(idle)} (devices "
-                  f"{', '.join(names)}), so nothing runs there; profile the model for them (this machine's CPU is "
-                  "type 'host')")
+        message = (f"the graph has no times for device type(s) {', '.join(idle)} (devices {', '.join(names)}) and "
+                   "none can be derived: profile the model for them, describe the type under 'device_types' in the "
+                   "platform file (peak_flops, memory_bandwidth), or pass --allow-idle to leave those devices idle")
+        if not getattr(args, "allow_idle", False):
+            raise InputError(message)
+        _progress(f"warning: {message.split(' and none can')[0]}, so nothing runs there (--allow-idle)")
     return problem
 
 
@@ -69,30 +84,34 @@ def _progress(message: str) -> None:
     sys.stderr.flush()
 
 
-AUTO_SOLVER = {"latency": "exact", "batch": "exact", "pipeline": "ip", "call-latency": "call-exact"}
-
-
 def cmd_schedule(args) -> dict:
-    if args.solver == "auto":
-        args.solver = AUTO_SOLVER[args.objective]
-    solvers.check_request(args.objective, args.solver, args.time_limit)
+    if args.trace:  # the plan's timeline for chrome://tracing and Perfetto: a picture in its own format
+        if not args.trace.lower().endswith(".json"):
+            raise InputError(f"--trace {args.trace}: give a file ending in .json (Chrome trace event format)")
+        args.gantt = [*(args.gantt or []), args.trace]
     options = {k: v for k, v in (("engine", args.engine), ("symmetry", args.symmetry), ("workers", args.workers),
                                  ("module_size", args.module_size), ("module_time_limit", args.module_time_limit),
                                  ("decompose", False if args.no_decompose else None), ("piece_size", args.piece_size))
                if v is not None}
-    solvers.check_options(args.solver, options)
+    if args.solver != "auto":  # a mistaken request is refused before a large input is loaded
+        solvers.check_request(args.objective, args.solver, args.time_limit)
+        solvers.check_options(args.solver, options)
     for path in (args.gantt or []):
         gantt.check_format(path)
     for path in [args.out, args.split_out, *(args.gantt or [])]:
         if path and not Path(path).resolve().parent.is_dir():
             raise InputError(f"cannot write {path}: its folder does not exist")
     problem = _problem(args)
+    args.solver, because = solvers.resolve(problem, args.solver)
+    solvers.check_request(args.objective, args.solver, args.time_limit)
+    solvers.check_options(args.solver, options)
     if args.split_out and not any(d.type == neurips2020.ACCELERATOR for d in problem.platform.devices):
         raise InputError("--split-out needs a NeurIPS 2020 scenario (accelerators and CPUs)")
     if not args.quiet:
         _progress(f"solving {problem.graph.name} ({len(problem.graph)} tasks) on {problem.platform.name} "
                   f"({len(problem.platform.devices)} devices), objective {problem.objective.kind}, "
-                  f"solver {args.solver}, time limit {args.time_limit:g} s")
+                  f"solver {args.solver}" + (f" (auto: {because})" if because else "")
+                  + f", time limit {args.time_limit:g} s")
     if not args.quiet:
         options["progress"] = _progress
     plan = solvers.solve(problem, args.solver, time_limit=args.time_limit, seed=args.seed, **options)
@@ -107,6 +126,9 @@ def cmd_schedule(args) -> dict:
         outputs.append((args.split_out, json.dumps(neurips2020.plan_to_split(plan, problem.platform, loads), indent=1)))
     write_files_atomic(outputs)
     out = plan.summary()
+    out["notes"] = list(args.derived) + out["notes"]
+    if because:
+        out["chosen_because"] = because
     if problem.objective.kind == "batch":
         out["throughput"] = problem.batch_size / plan.objective if plan.objective > 0 else float("inf")
     out["written"] = [p for p in [args.out, args.split_out, *(args.gantt or [])] if p]
@@ -336,7 +358,7 @@ def _print_human(command: str, out: dict) -> None:
         return
     unit = out["time_unit"]
     print(f"{out['objective_kind']} {out['objective']:.6g} {unit}  bound {out['bound']:.6g}  gap "
-          f"{100 * out['gap']:.2f}%  status {out['status']}  solver {out['solver']}  "
+          f"{format_gap(out['gap'])}  status {out['status']}  solver {out['solver']}  "
           f"({out['solve_time_s']:.2f} s)")
     if "throughput" in out:
         print(f"throughput {out['throughput']:.6g} samples per {unit}")
@@ -348,12 +370,14 @@ def _print_human(command: str, out: dict) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="diviml", description="Map DNNs onto heterogeneous hardware with proven bounds.")
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"diviml {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     s = sub.add_parser("schedule", help="place and schedule a graph")
     _add_problem_options(s)
     s.add_argument("--solver", default="auto",
-                   help="see 'diviml solvers'; auto (default): exact for latency and batch, ip for pipeline, "
-                        "call-exact for call-latency")
+                   help="see 'diviml solvers'; auto (default): chosen by the problem (exact for small graphs, "
+                        "split for large ones, ip for pipeline, call-exact for call-latency) and said why")
     s.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--engine", choices=("auto", "highs", "gurobi"), help="MILP engine (solver milp, ip)")
@@ -371,7 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--piece-size", type=int, help="exact: merge series pieces up to this many tasks (default 20)")
     s.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     s.add_argument("--out", help="write the plan as JSON")
-    s.add_argument("--gantt", action="append", help="draw the plan (.png, .svg or .html); repeatable")
+    s.add_argument("--gantt", action="append",
+                   help="draw the plan (.png, .svg, .html, or .json: a Chrome trace); repeatable")
+    s.add_argument("--trace", help="write the plan's timeline as Chrome trace JSON (chrome://tracing, Perfetto)")
     s.add_argument("--split-out", help="write the plan in the NeurIPS 2020 split format")
     r = sub.add_parser("run", help="run a plan on this machine's devices: outputs checked, time measured")
     r.add_argument("model", nargs="?", help="a zoo name (see 'diviml models') or path/to/file.py:factory, a function "

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 from html.parser import HTMLParser
 
+import pytest
+
 import diviml
 from diviml import Objective, Problem, TaskGraph
 from diviml.graph import Task
@@ -15,7 +17,7 @@ from diviml.reports.gantt import html_page
 EVIL = 'b"><img src=x onerror=alert(2)>'
 
 DOCUMENT = """
-const nodes = {chart: {clientWidth: 900, innerHTML: '', addEventListener() {}}, tip: {style: {}},
+const nodes = {chart: {clientWidth: 900, innerHTML: '', addEventListener() {}}, tip: {style: {}}, legend: {innerHTML: ''},
                zoom: {value: 1}, showTransfers: {checked: true}};
 globalThis.document = {getElementById: id => nodes[id]};
 """
@@ -57,3 +59,41 @@ def test_task_ids_device_names_and_modules_are_drawn_as_text_not_markup():
     assert "img" not in parsed.tags and set(parsed.tags) <= {"svg", "text", "rect", "line", "title"}
     assert any(EVIL in a for a in parsed.attributes)  # the tooltip says the id as it is
     assert EVIL in "".join(parsed.text)  # and the device row is labelled with its name
+
+
+def test_zero_time_operators_that_wait_on_a_device_do_not_trap_the_critical_path_walk():
+    from diviml.plan import Assignment, Plan
+    from diviml.reports.gantt import bars_and_transfers
+
+    tasks = [Task("s", {"cpu": 0.5}), Task("x", {"cpu": 1.0}), Task("z1", {"cpu": 0.0}), Task("z2", {"cpu": 0.0}),
+             Task("c", {"cpu": 1.0})]
+    graph = TaskGraph.create(tasks, [("s", "z1"), ("s", "z2"), ("z1", "c"), ("z2", "c"), ("x", "c")])
+    platform = diviml.Platform.from_dict({"devices": [{"name": "cpu", "type": "cpu", "host": True}]})
+    problem = Problem(graph, platform, Objective("latency"))
+    starts = {"s": 0.0, "x": 0.5, "z1": 1.5, "z2": 1.5, "c": 1.5}
+    plan = Plan("latency", tuple(Assignment(t, "cpu", starts[t]) for t in starts), 2.5, 2.5, "optimal", "hand")
+    assert diviml.validate(plan, problem).ok
+    bars, _ = bars_and_transfers(plan, problem)  # looped forever between z1 and z2 before
+    assert {b.task for b in bars if b.critical} >= {"c", "x"}
+
+
+def test_the_trace_has_a_thread_per_device_and_every_task_part_and_transfer_in_microseconds(tmp_path):
+    import subprocess
+    import sys
+
+    from diviml.generators import layered_dag
+
+    problem = Problem(layered_dag(20, seed=3), diviml.preset("paper-server"), Objective("batch", batch_size=4))
+    plan = diviml.solve(problem, "data-parallel", time_limit=10)
+    problem.graph.save(tmp_path / "g.json")
+    r = subprocess.run([sys.executable, "-m", "diviml", "schedule", tmp_path / "g.json", "--objective", "batch",
+                        "--batch", "4", "--solver", "data-parallel", "--time-limit", "10",
+                        "--trace", tmp_path / "t.json", "--quiet"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    trace = json.loads((tmp_path / "t.json").read_text())
+    threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert {"cpu", "v100", "a100"} <= threads
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] != "transfer"]
+    assert len(spans) == len(plan.assignments)
+    last = max(e["ts"] + e["dur"] for e in spans)
+    assert last == pytest.approx(plan.objective * 1e6, rel=1e-6)  # the same seed gives the same plan

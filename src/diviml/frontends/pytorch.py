@@ -672,6 +672,21 @@ def measured_device_type(device: str | None) -> str | None:
     return device_type_of(torch.cuda.get_device_name(index))
 
 
+def profile_module(module, example_inputs, *, name: str = "model", device: str | None = "cpu", repeats: int = 5,
+                   threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
+                   progress: Callable[[str], None] | None = None, fold_constants: bool = True) -> TaskGraph:
+    """Profile your own ``torch.nn.Module`` on ``example_inputs`` (a tuple), at their batch size: measured on
+    ``device`` ("cpu": this machine's CPU, type 'host', with the catalogue CPU derived from it; "cuda";
+    None for analytic costs only), roofline times for every other device type of the catalogue.
+    Top level as :func:`diviml.profile`."""
+    example = tuple(example_inputs)
+    batch = next((int(x.shape[0]) for x in example if hasattr(x, "shape") and len(x.shape)), 1)
+    measured = measured_device_type(device)
+    return profile(lambda: module, lambda _batch: example, name=name, batches=(batch,), measured_type=measured,
+                   analytic_types=[t for t in CATALOGUE if t != measured], repeats=repeats, threads=threads,
+                   min_time_s=min_time_s, progress=progress, device=device or "cpu", fold_constants=fold_constants)
+
+
 def profile_zoo(name: str, *, batches: Sequence[int] = (1,), device: str | None = "cpu", repeats: int = 5,
                 threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
                 progress: Callable[[str], None] | None = None, fold_constants: bool = True) -> TaskGraph:

@@ -1,7 +1,10 @@
-"""Gantt charts of plans: PNG/SVG through matplotlib, and a self-contained interactive HTML page.
+"""Gantt charts of plans: PNG/SVG through matplotlib, a self-contained interactive HTML page, and a Chrome
+trace (Trace Event Format: chrome://tracing, Perfetto's UI) of the same timeline.
 
-A latency or batch plan shows each device's timeline, the transfers between devices and the critical path;
-a pipeline plan (no start times) shows each device's load per sample, split into compute and transfers.
+A latency or batch plan shows each device's timeline, the transfers between devices and the critical path
+(outlined); bars are coloured by sub-batch where the plan splits the batch, else by the model's module, with
+a legend, and labelled with their operator where the bar is wide enough. A pipeline plan (no start times)
+shows each device's load per sample, split into compute and transfers.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..graph import write_text_atomic
-from ..plan import Plan
+from ..plan import Plan, format_gap
 from ..problem import Problem
 from ..simulate import pipeline_loads
 
-FORMATS = (".png", ".svg", ".html")
+FORMATS = (".png", ".svg", ".html", ".json")
 TOL = 1e-9
 
 
@@ -29,6 +32,8 @@ class Bar:
     finish: float
     batch: int
     critical: bool
+    part: int = 0  # which of the task's sub-batches (0 for a task not split)
+    module: str = ""
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,9 @@ def check_format(path: str | Path) -> None:
 
 
 def bars_and_transfers(plan: Plan, problem: Problem) -> tuple[list[Bar], list[Transfer]]:
+    """The plan's bars and the transfers between devices. Parts of a split task cover consecutive rows of the
+    batch in the order listed (as :mod:`diviml.simulate` reads them): a part receives from each producer part
+    only the rows it overlaps, once per device."""
     graph, platform = problem.graph, problem.platform
     if plan.objective_kind == "call-latency":  # one bar per accelerator call or host task
         from ..simulate import call_latency
@@ -53,63 +61,155 @@ def bars_and_transfers(plan: Plan, problem: Problem) -> tuple[list[Bar], list[Tr
         last = max(calls, key=lambda c: c.finish) if calls else None
         return [Bar(c.device, c.tasks[0] if len(c.tasks) == 1 else f"{len(c.tasks)} tasks from {c.tasks[0]}",
                     c.start, c.finish, plan.batch_size, c is last) for c in calls], []
-    jobs = []
+    jobs: list[_Job] = []
+    rows_of: dict[str, int] = {}
+    by_task: dict[str, list[_Job]] = {}
     for a in plan.assignments:
         b = a.batch or plan.batch_size
-        jobs.append((a.task, a.device, a.start, a.start + problem.time(a.task, a.device, b), b))
-    critical = critical_path(plan, problem, jobs)
-    bars = [Bar(d, t, s, f, b, (t, d) in critical) for t, d, s, f, b in jobs]
+        job = _Job(a.task, a.device, a.start, a.start + problem.time(a.task, a.device, b), b, len(by_task.get(a.task, ())),
+                   rows_of.get(a.task, 0))
+        rows_of[a.task] = job.offset + b
+        jobs.append(job)
+        by_task.setdefault(a.task, []).append(job)
+    critical = critical_path(problem, jobs, by_task)
+    bars = [Bar(j.device, j.task, j.start, j.finish, j.batch, id(j) in critical, j.part, graph.by_id[j.task].module or "")
+            for j in jobs]
     transfers = []
-    by_task: dict[str, list] = {}
-    for j in jobs:
-        by_task.setdefault(j[0], []).append(j)
     for u in graph.topological_order:
-        for _, src, _, fin, b in by_task[u]:
-            dsts = {d for v in graph.successors[u] for _, d, _, _, _ in by_task[v]} - {src}
-            for dst in sorted(dsts):
-                dt = platform.transfer_time(graph.by_id[u], src, dst, b / graph.batch_size)
-                if dt > 0:
-                    transfers.append(Transfer(u, src, dst, fin, fin + dt))
+        for j in by_task[u]:
+            rows: dict[str, set[int]] = {}  # destination device -> rows of this part it needs
+            for v in graph.successors[u]:
+                for c in by_task[v]:
+                    if c.device != j.device:
+                        rows.setdefault(c.device, set()).update(range(max(j.offset, c.offset),
+                                                                      min(j.offset + j.batch, c.offset + c.batch)))
+            for dst in sorted(rows):
+                if rows[dst]:
+                    dt = platform.transfer_time(graph.by_id[u], j.device, dst, len(rows[dst]) / graph.batch_size)
+                    if dt > 0:
+                        transfers.append(Transfer(u, j.device, dst, j.finish, j.finish + dt))
     return bars, transfers
 
 
-def critical_path(plan: Plan, problem: Problem, jobs) -> set[tuple[str, str]]:
-    """(task, device) pairs on a chain of jobs each started exactly when its binding input or device freed."""
-    graph, platform = problem.graph, problem.platform
+@dataclass(frozen=True, eq=False)
+class _Job:
+    task: str
+    device: str
+    start: float
+    finish: float
+    batch: int
+    part: int
+    offset: int  # the part's first row of the batch
+
+
+def critical_path(problem: Problem, jobs: list[_Job], by_task: dict[str, list[_Job]]) -> set[int]:
+    """ids of the jobs on a chain, from the last to finish back to time 0, each started exactly when its
+    binding input arrived or its device freed; never visiting a job twice (zero-time jobs finish where they
+    start)."""
+    graph = problem.graph
     if not jobs:
         return set()
-    by_task: dict[str, list] = {}
-    per_device: dict[str, list] = {}
+    per_device: dict[str, list[_Job]] = {}
     for j in jobs:
-        by_task.setdefault(j[0], []).append(j)
-        per_device.setdefault(j[1], []).append(j)
-    current = max(jobs, key=lambda j: j[3])
-    path = set()
-    while True:
-        task, dev, start, _, b = current
-        path.add((task, dev))
-        if start <= TOL:
-            break
+        per_device.setdefault(j.device, []).append(j)
+    current = max(jobs, key=lambda j: j.finish)
+    visited = {id(current)}
+    while current.start > TOL:
+        lo, hi = current.offset, current.offset + current.batch
+        close = 1e-9 * max(1.0, current.start)
         nxt = None
-        for u in graph.predecessors[task]:
+        for u in graph.predecessors[current.task]:
             for j in by_task[u]:
-                arrival = j[3] + platform.transfer_time(graph.by_id[u], j[1], dev, b / graph.batch_size)
-                if abs(arrival - start) <= 1e-9 * max(1.0, start):
+                overlap = min(hi, j.offset + j.batch) - max(lo, j.offset)
+                if overlap > 0 and id(j) not in visited and abs(
+                        j.finish + problem.transfer(u, j.device, current.device, overlap / graph.batch_size)
+                        - current.start) <= close:
                     nxt = j
         if nxt is None:
-            for j in per_device[dev]:
-                if j is not current and abs(j[3] - start) <= 1e-9 * max(1.0, start):
-                    nxt = j
+            nxt = next((j for j in reversed(per_device[current.device])
+                        if id(j) not in visited and abs(j.finish - current.start) <= close), None)
         if nxt is None:
             break
+        visited.add(id(nxt))
         current = nxt
-    return path
+    return visited
+
+
+PALETTE = ("#4c78a8", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d", "#bab0ac", "#e45756",
+           "#79706e")
+TRANSFER = "#f58518"
+LEGEND_MAX = 12  # at most this many colours named in a legend
+
+
+def colouring(bars: list[Bar]) -> tuple[str, dict[str, str]]:
+    """What the colours stand for (``sub-batch`` where any task is split, else ``module``, else nothing)
+    and the colour of each key (:func:`colour_key`)."""
+    by = "sub-batch" if any(b.part for b in bars) else "module" if any(b.module for b in bars) else ""
+    keys = list(dict.fromkeys(colour_key(b, by) for b in bars))
+    return by, {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys)}
+
+
+def colour_key(bar: Bar, by: str) -> str:
+    if by == "sub-batch":
+        return f"part {bar.part + 1}"
+    if by != "module":
+        return "task"
+    top = bar.module.split(".")[0]
+    return "(outside any module)" if not top or top.startswith("_empty_nn_module_stack") else top
+
+
+def chrome_trace(plan: Plan, problem: Problem) -> dict:
+    """The plan's timeline in the Trace Event Format: a process per server, a thread per device and one per
+    link direction carrying transfers, times in microseconds (a graph whose unit is not seconds or
+    milliseconds is written as if it were microseconds, and says so in ``otherData``)."""
+    scale = {"s": 1e6, "ms": 1e3, "us": 1.0}.get(plan.time_unit)
+    if plan.objective_kind == "pipeline":
+        raise InputError("a pipeline plan has no timeline to trace: draw it with --gantt instead")
+    bars, transfers = bars_and_transfers(plan, problem)
+    servers = sorted({d.server for d in problem.platform.devices})
+    server_of = {d.name: d.server for d in problem.platform.devices}
+    threads = [d.name for d in problem.platform.devices]
+    threads += sorted({f"{t.src} -> {t.dst}" for t in transfers})
+    tid = {name: i for i, name in enumerate(threads)}
+    events = [{"name": "process_name", "ph": "M", "pid": servers.index(s), "args": {"name": s}} for s in servers]
+    for name in threads:
+        server = server_of[name.split(" -> ")[0]]
+        events.append({"name": "thread_name", "ph": "M", "pid": servers.index(server), "tid": tid[name],
+                       "args": {"name": name if " -> " not in name else f"transfers {name}"}})
+    unit = scale or 1.0
+    for b in bars:
+        events.append({"name": b.task, "cat": "critical" if b.critical else "task", "ph": "X",
+                       "pid": servers.index(server_of[b.device]), "tid": tid[b.device], "ts": b.start * unit,
+                       "dur": (b.finish - b.start) * unit,
+                       "args": {"batch": b.batch, "part": b.part + 1, "module": b.module, "critical": b.critical}})
+    for t in transfers:
+        lane = f"{t.src} -> {t.dst}"
+        events.append({"name": t.task, "cat": "transfer", "ph": "X", "pid": servers.index(server_of[t.src]),
+                       "tid": tid[lane], "ts": t.start * unit, "dur": (t.finish - t.start) * unit})
+    other = {"title": _title(plan, problem), **{k: v for k, v in plan.summary().items() if k != "stats"}}
+    if scale is None:
+        other["time_unit"] = f"the graph's unit {plan.time_unit!r}, written as microseconds"
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
+
+
+def _cell(value) -> str:
+    """A summary value as a person reads it: numbers to 6 digits, lists joined, mappings one per line."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value) if all(not isinstance(v, str) or len(v) < 40 for v in value) \
+            else "\n".join(_cell(v) for v in value)
+    if isinstance(value, dict):
+        return "\n".join(f"{k}: {_cell(v)}" for k, v in value.items())
+    return str(value)
 
 
 def render(plan: Plan, problem: Problem, path: str | Path) -> str | bytes:
-    """The picture of ``plan`` in the format ``path`` names (.png, .svg or .html)."""
+    """The picture of ``plan`` in the format ``path`` names (.png, .svg, .html, or .json: a Chrome trace)."""
     check_format(path)
     suffix = Path(path).suffix.lower()
+    if suffix == ".json":
+        return json.dumps(chrome_trace(plan, problem))
     return html_page(plan, problem) if suffix == ".html" else _matplotlib_bytes(plan, problem, suffix[1:])
 
 
@@ -121,7 +221,7 @@ def save(plan: Plan, problem: Problem, path: str | Path) -> None:
 def _title(plan: Plan, problem: Problem) -> str:
     unit = plan.time_unit
     return (f"{problem.graph.name} on {problem.platform.name}: {plan.objective_kind} {plan.objective:.4g} {unit} "
-            f"({plan.solver}, {plan.status}, gap {100 * plan.gap:.1f}%)")
+            f"({plan.solver}, {plan.status}, gap {format_gap(plan.gap)})")
 
 
 def _matplotlib_bytes(plan: Plan, problem: Problem, fmt: str) -> bytes:
@@ -132,7 +232,8 @@ def _matplotlib_bytes(plan: Plan, problem: Problem, fmt: str) -> bytes:
     import matplotlib.pyplot as plt
 
     devices = [d.name for d in problem.platform.devices]
-    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.6 * len(devices)))
+    legend_rows = LEGEND_MAX + 4 if plan.objective_kind != "pipeline" else 0
+    fig, ax = plt.subplots(figsize=(12, max(1.0 + 0.6 * len(devices), 0.9 + 0.16 * legend_rows)))
     if plan.objective_kind == "pipeline":
         loads = pipeline_loads(problem, plan.placement)
         compute = {d: 0.0 for d in devices}
@@ -148,17 +249,29 @@ def _matplotlib_bytes(plan: Plan, problem: Problem, fmt: str) -> bytes:
     else:
         bars, transfers = bars_and_transfers(plan, problem)
         row = {d: i for i, d in enumerate(devices)}
-        for b in bars:
+        by, colours = colouring(bars)
+        end = max((b.finish for b in bars), default=1.0) or 1.0
+        for b in bars:  # the critical path is outlined, so the colours stay readable
             ax.barh(row[b.device], b.finish - b.start, left=b.start, height=0.6,
-                    color="#d62728" if b.critical else "#4c78a8", edgecolor="white", linewidth=0.3)
+                    color=colours[colour_key(b, by)], edgecolor="black" if b.critical else "white",
+                    linewidth=1.2 if b.critical else 0.3, zorder=3 if b.critical else 2)
+            if (b.finish - b.start) / end * 12 * 72 > 5.5 * len(b.task):  # the label fits the bar (6 pt text)
+                ax.text((b.start + b.finish) / 2, row[b.device], b.task, ha="center", va="center", fontsize=6,
+                        clip_on=True, zorder=4)
         for tr in transfers:
             sign = 1 if row[tr.dst] > row[tr.src] else -1
-            ax.plot([tr.start, tr.finish], [row[tr.src] + 0.3 * sign, row[tr.dst] - 0.3 * sign], color="#f58518",
+            ax.plot([tr.start, tr.finish], [row[tr.src] + 0.3 * sign, row[tr.dst] - 0.3 * sign], color=TRANSFER,
                     linewidth=0.6, alpha=0.7)
         from matplotlib.patches import Patch
         from matplotlib.lines import Line2D
-        ax.legend(handles=[Patch(color="#4c78a8", label="task"), Patch(color="#d62728", label="critical path"),
-                           Line2D([], [], color="#f58518", label="transfer")], loc="upper right", fontsize=8)
+        named = list(colours.items())
+        handles = [Patch(color=c, label=k) for k, c in named[:LEGEND_MAX]]
+        if len(named) > LEGEND_MAX:
+            handles.append(Patch(color="white", label=f"... {len(named) - LEGEND_MAX} more {by}s"))
+        handles += [Patch(facecolor="white", edgecolor="black", linewidth=1.2, label="critical path"),
+                    Line2D([], [], color=TRANSFER, label="transfer")]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
+                  title=f"colour: {by}" if by else None, title_fontsize=7)
         ax.set_xlabel(f"time ({plan.time_unit})")
     ax.set_yticks(range(len(devices)), devices)
     ax.invert_yaxis()
@@ -184,13 +297,15 @@ def html_page(plan: Plan, problem: Problem) -> str:
                 "objective": plan.objective}
     else:
         bars, transfers = bars_and_transfers(plan, problem)
-        data = {"kind": "timeline", "devices": devices,
+        by, colours = colouring(bars)
+        data = {"kind": "timeline", "devices": devices, "colour_by": by, "legend": colours,
                 "bars": [{"device": b.device, "task": b.task, "start": b.start, "finish": b.finish,
-                          "batch": b.batch, "critical": b.critical,
-                          "module": getattr(problem.graph.by_id.get(b.task), "module", None) or ""} for b in bars],
+                          "batch": b.batch, "critical": b.critical, "part": b.part + 1, "module": b.module,
+                          "colour": colours[colour_key(b, by)]} for b in bars],
                 "transfers": [tr.__dict__ for tr in transfers], "objective": plan.objective}
     summary = plan.summary()
-    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in summary.items())
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_cell(v))}</td></tr>"
+                   for k, v in summary.items())
     return _PAGE.replace("__TITLE__", html.escape(_title(plan, problem))).replace("__ROWS__", rows).replace(
         "__DATA__", json.dumps({**data, "unit": plan.time_unit}).replace("<", "\\u003c"))  # no "</script>" or "<!--"
 
@@ -202,13 +317,14 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
 #chart{border:1px solid #ccc;overflow-x:auto}
 #tip{position:fixed;background:#fff;border:1px solid #888;padding:4px 8px;font-size:12px;pointer-events:none;display:none}
 table{border-collapse:collapse;font-size:13px;margin-top:1em}th,td{border:1px solid #ddd;padding:2px 8px;text-align:left}
-.task{fill:#4c78a8}.critical{fill:#d62728}.transfer{stroke:#f58518;stroke-width:1;opacity:.7}.comm{fill:#f58518}
-label{margin-right:1em;font-size:13px}
+.task{fill:#4c78a8}.critical{stroke:#000;stroke-width:1.5}.transfer{stroke:#f58518;stroke-width:1;opacity:.7}.comm{fill:#f58518}
+label{margin-right:1em;font-size:13px}td{white-space:pre-wrap}
+#legend span{display:inline-block;margin-right:1em;font-size:12px}#legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle;border:1px solid #fff}
 </style></head><body>
 <h2>__TITLE__</h2>
 <div><label><input type="checkbox" id="showTransfers" checked> transfers</label>
 <label>zoom <input type="range" id="zoom" min="1" max="20" value="1"></label></div>
-<div id="chart"></div><div id="tip"></div>
+<div id="legend"></div><div id="chart"></div><div id="tip"></div>
 <table>__ROWS__</table>
 <script>
 const data = __DATA__, unit = esc(data.unit);
@@ -232,7 +348,10 @@ function draw(){
       if (l > c) parts.push(`<rect class="comm" x="${x(c)}" y="${row[d]*rowH+8}" width="${x(l)-x(c)}" height="20" data-tip="${esc(d)} transfers: ${(l-c).toPrecision(4)} ${unit}"/>`); });
     parts.push(`<line x1="${x(data.objective)}" x2="${x(data.objective)}" y1="0" y2="${H-30}" stroke="#d62728" stroke-dasharray="4"/>`);
   } else {
-    data.bars.forEach(b => parts.push(`<rect class="${b.critical ? 'critical' : 'task'}" x="${x(b.start)}" y="${row[b.device]*rowH+8}" width="${Math.max(x(b.finish)-x(b.start),0.5)}" height="20" stroke="#fff" stroke-width=".3" data-tip="${esc(b.task)} on ${esc(b.device)}${b.module ? ' ('+esc(b.module)+')' : ''}: ${b.start.toPrecision(5)} to ${b.finish.toPrecision(5)} ${unit}, batch ${b.batch}${b.critical ? ', critical path' : ''}"/>`));
+    data.bars.forEach(b => { const x0 = x(b.start), w = Math.max(x(b.finish)-x0, 0.5), y = row[b.device]*rowH+8;
+      const tipText = `${esc(b.task)} on ${esc(b.device)}${b.module ? ' ('+esc(b.module)+')' : ''}: ${b.start.toPrecision(5)} to ${b.finish.toPrecision(5)} ${unit}, batch ${b.batch}${b.part > 1 || data.colour_by === 'sub-batch' ? ', part '+b.part : ''}${b.critical ? ', critical path' : ''}`;
+      parts.push(`<rect class="task${b.critical ? ' critical' : ''}" style="fill:${b.colour}" x="${x0}" y="${y}" width="${w}" height="20" data-tip="${tipText}"/>`);
+      if (w > 6.5 * String(b.task).length + 4) parts.push(`<text x="${x0 + w/2}" y="${y+14}" font-size="11" text-anchor="middle" pointer-events="none">${esc(b.task)}</text>`); });
     if (showT) data.transfers.forEach(t => { const down = row[t.dst] > row[t.src];
       parts.push(`<line class="transfer" x1="${x(t.start)}" y1="${row[t.src]*rowH+(down ? 28 : 8)}" x2="${x(t.finish)}" y2="${row[t.dst]*rowH+(down ? 8 : 28)}"><title>${esc(t.task)}: ${esc(t.src)} to ${esc(t.dst)}</title></line>`); });
   }
@@ -245,6 +364,11 @@ chart.addEventListener('mousemove', e => { const t = e.target.getAttribute && e.
   if (t) { tip.textContent = t; tip.style.display = 'block'; tip.style.left = (e.clientX + 12) + 'px'; tip.style.top = (e.clientY + 12) + 'px'; }
   else tip.style.display = 'none'; });
 document.getElementById('zoom').oninput = draw; document.getElementById('showTransfers').onchange = draw;
+if (data.kind === 'timeline') document.getElementById('legend').innerHTML =
+  (data.colour_by ? `<span>colour: ${esc(data.colour_by)}</span>` : '') +
+  Object.entries(data.legend).slice(0, 12).map(([k, c]) => `<span><i style="background:${esc(c)}"></i>${esc(k)}</span>`).join('') +
+  (Object.keys(data.legend).length > 12 ? `<span>... ${Object.keys(data.legend).length - 12} more</span>` : '') +
+  '<span><i style="background:#fff;border:1.5px solid #000"></i>critical path</span><span><i style="background:#f58518"></i>transfer</span>';
 draw();
 </script></body></html>
 """
