@@ -541,8 +541,8 @@ def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str,
     gm = captured.gm
     state_bytes = {n.name: 0.0 for n in gm.graph.nodes if n.op == "placeholder"}
     for a, node in zip(captured.args, [n for n in gm.graph.nodes if n.op == "placeholder"]):
-        if node.name in captured.state:
-            state_bytes[node.name] = _nbytes(a)
+        if node.name in captured.state:  # a folded broadcast (stride 0) holds its source's storage, not its view
+            state_bytes[node.name] = _stored_bytes(a)
     owner: dict[str, str] = {}
     for r in records:
         for s in r.state_inputs:
