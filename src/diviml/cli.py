@@ -330,8 +330,11 @@ def _print_human(command: str, out: dict) -> None:
     if command == "profile":
         print(f"{out['model']}: {out['tasks']} tasks, {out['edges']} edges, batch {out['batch_size']}, "
               f"{out['flops'] / 1e9:.3g} GFLOP, {out['memory_bytes'] / 1e6:.4g} MB of weights")
+        width = max(map(len, out["total_time_s"]), default=0)
         for dt, t in out["total_time_s"].items():
-            print(f"  {dt:<6} {t * 1e3:.4g} ms ({'measured' if dt == out['measured'] else 'roofline'})")
+            how = ("measured" if dt == out["measured"] else
+                   "derived from host" if dt == "cpu" and out["measured"] == "host" else "roofline")
+            print(f"  {dt:<{width}}  {t * 1e3:>10.4g} ms  ({how})")
         c = out["calibration"]
         if c:
             print(f"  roofline vs measured on {c['device_type']}: median operator error {100 * c['median_error_before']:.0f}%, "
