@@ -20,7 +20,8 @@ def test_schedule_json_prints_one_object_with_the_promised_fields(tmp_path):
     r = run("schedule", EXAMPLE, "--json", "--out", tmp_path / "plan.json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["solver"] == "exact" and out["status"] == "optimal"  # the default for latency
+    assert out["solver"] == "exact" and out["status"] == "optimal"  # auto's choice for 40 tasks
+    assert "40 tasks" in out["chosen_because"]
     assert {"objective", "bound", "gap", "status", "solver", "solve_time_s"} <= set(out)
     assert out["bound"] <= out["objective"]
     v = run("validate", EXAMPLE, tmp_path / "plan.json", "--json")
@@ -178,3 +179,19 @@ def test_a_mistyped_zoo_name_points_to_the_nearest_models_and_to_diviml_models()
 def test_workers_below_one_is_refused_not_read_as_all_cores_or_no_work(workers):
     r = run("schedule", EXAMPLE, "--solver", "exact", "--workers", workers)
     assert r.returncode == 2 and "--workers must be a whole number >= 1" in r.stderr
+
+
+def test_batch_progress_runs_on_the_runs_clock_and_ends_with_the_final_value():
+    r = run("schedule", EXAMPLE, "--objective", "batch", "--batch", "8", "--time-limit", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    splits = [line for line in r.stderr.splitlines() if "batch split" in line and " at " in line]
+    clocks = [float(line.split(" at ")[1].split(" s")[0]) for line in splits]
+    assert len(splits) > 1 and clocks == sorted(clocks)  # one clock, never restarted
+    final = r.stderr.strip().splitlines()[-1]
+    assert final.strip().startswith("exact: best") and f"{out['objective']:.6g}" in final
+
+
+def test_version():
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.startswith("diviml ")

@@ -97,3 +97,17 @@ def test_the_trace_has_a_thread_per_device_and_every_task_part_and_transfer_in_m
     assert len(spans) == len(plan.assignments)
     last = max(e["ts"] + e["dur"] for e in spans)
     assert last == pytest.approx(plan.objective * 1e6, rel=1e-6)  # the same seed gives the same plan
+
+
+def test_a_data_parallel_plan_is_drawn_by_sub_batch_with_no_transfers_between_its_parts():
+    from diviml.generators import layered_dag
+    from diviml.reports.gantt import bars_and_transfers, colouring
+
+    problem = Problem(layered_dag(20, seed=3), diviml.preset("paper-server"), Objective("batch", batch_size=8))
+    plan = diviml.solve(problem, "data-parallel", time_limit=10)
+    assert len({a.device for a in plan.assignments}) > 1  # the batch is shared between devices
+    bars, transfers = bars_and_transfers(plan, problem)
+    gpus = {"a100", "v100"}
+    assert not [t for t in transfers if {t.src, t.dst} <= gpus]  # each part reads only its own rows
+    by, colours = colouring(bars)
+    assert by == "sub-batch" and len(colours) == len({a.batch for a in plan.assignments if a.task == "t0"})
