@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -312,6 +313,13 @@ def write_text_atomic(path: str | Path, text: str | bytes) -> None:
     write_files_atomic([(path, text)])
 
 
+# What a run that is stopped by a signal must settle before it exits (see cli._exit_on_signal): the lock is
+# held while staged outputs are renamed into place, so that they are replaced all together or not at all, and
+# STAGING holds the temporaries being written, which it removes.
+RENAMING = threading.Lock()
+STAGING: set[str] = set()
+
+
 def write_files_atomic(outputs) -> None:
     """Write every (path, text or bytes) or none: each goes to a temporary file of its own beside its target
     (a unique name, so concurrent runs writing the same path do not share one), flushed to disk; only when all
@@ -329,6 +337,7 @@ def write_files_atomic(outputs) -> None:
             try:
                 fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
                 staged.append((tmp, path))
+                STAGING.add(tmp)
                 os.fchmod(fd, 0o666 & ~umask)  # as an ordinary new file, not mkstemp's owner-only mode
                 with os.fdopen(fd, "wb") as f:
                     f.write(text if isinstance(text, bytes) else text.encode())
@@ -336,11 +345,13 @@ def write_files_atomic(outputs) -> None:
                     os.fsync(f.fileno())
             except OSError as exc:
                 raise InputError(f"{path}: cannot write it ({exc.strerror or exc})") from None
-        for tmp, path in staged:
-            try:
-                os.replace(tmp, path)
-            except OSError as exc:
-                raise InputError(f"{path}: cannot write it ({exc.strerror or exc})") from None
+        with RENAMING:
+            for tmp, path in staged:
+                try:
+                    os.replace(tmp, path)
+                except OSError as exc:
+                    raise InputError(f"{path}: cannot write it ({exc.strerror or exc})") from None
     finally:
         for tmp, _ in staged:
             Path(tmp).unlink(missing_ok=True)
+            STAGING.discard(tmp)
