@@ -129,3 +129,22 @@ def test_a_dp_past_its_budget_or_its_time_returns_the_greedy_contiguous_plan_and
     plan = diviml.solve(p, "dp", time_limit=0.001)
     assert plan.status == "timeout" and any("ran out" in n for n in plan.notes)
     assert diviml.validate(plan, p).ok
+
+
+def test_ideals_and_their_transitions_are_every_down_set_and_every_class_that_can_join_it():
+    import random
+
+    from diviml.solvers._common import Stopwatch
+    from diviml.solvers.pipeline_dp import enumerate_ideals
+
+    for seed in range(20):
+        rng = random.Random(seed)
+        num = rng.randint(1, 10)
+        edges = {(a, b) for a in range(num) for b in range(a + 1, num) if rng.random() < 0.3}
+        masks, transitions = enumerate_ideals(num, edges, list(range(num)), 10_000, Stopwatch(60))
+        down_sets = [m for m in range(1 << num) if all(m >> b & 1 == 0 or m >> a & 1 for a, b in edges)]
+        assert sorted(masks) == down_sets and len(masks) == len(set(masks))
+        assert [bin(m).count("1") for m in masks] == sorted(bin(m).count("1") for m in masks)  # by size
+        for mask, out in zip(masks, transitions):
+            joinable = [c for c in range(num) if not mask >> c & 1 and mask | 1 << c in down_sets]
+            assert [(c, masks[child]) for _, c, child in out] == [(c, mask | 1 << c) for c in joinable]
