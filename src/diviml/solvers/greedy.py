@@ -109,7 +109,12 @@ def depth_first_order(problem: Problem) -> list[str]:
 
 def best_fill(problem: Problem, watch: Stopwatch):
     """(value, target factor, parts) of the best fill over the target shares; None when none fits."""
-    base = max(work_bound(problem), 1e-12)
+    # the target load: the work LP in a fifth of the time, else each task's fastest time spread over the devices
+    base = work_bound(problem, max(watch.left / 5, 0.05)) or sum(
+        min(problem.time(t.id, d.name) for d in problem.platform.devices if t.can_run_on(d.type))
+        for t in problem.graph.tasks if any(t.can_run_on(d.type) for d in problem.platform.devices)
+    ) / len(problem.platform.devices)
+    base = max(base, 1e-12)
     best = None
     orders = (problem.graph.topological_order, depth_first_order(problem))
     devices = fastest_first(problem)
