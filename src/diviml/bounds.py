@@ -54,6 +54,15 @@ def critical_path_bound(problem: Problem) -> float:
     return max(longest.values(), default=0.0)
 
 
+def spread_bound(problem: Problem) -> float:
+    """Each task's cheapest cost (:func:`_unit_costs`) spread evenly over the devices: what the work LP
+    relaxes further (no memory, no allowed devices per share); 0 for call-latency, as there."""
+    if problem.objective.kind == "call-latency":
+        return 0.0
+    return sum(min(row.values(), default=0.0) for row in _unit_costs(problem).values()) / len(
+        problem.platform.devices)
+
+
 def work_bound(problem: Problem, time_limit: float | None = None) -> float:
     """min T: tasks fractionally spread over allowed devices, each device's work <= T, memory respected.
 

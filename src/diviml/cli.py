@@ -73,12 +73,12 @@ def _problem(args, objective_kind: str | None = None) -> Problem:
     idle = sorted(problem.platform.device_types - problem.graph.device_types)
     if idle:  # no task can run there: an error, or with --allow-idle a warning, never a silently idle device
         names = [d.name for d in problem.platform.devices if d.type in idle]
-        message = (f"the graph has no times for device type(s) {', '.join(idle)} (devices {', '.join(names)}) and "
-                   "none can be derived: profile the model for them, describe the type under 'device_types' in the "
-                   "platform file (peak_flops, memory_bandwidth), or pass --allow-idle to leave those devices idle")
+        missing = f"the graph has no times for device type(s) {', '.join(idle)} (devices {', '.join(names)})"
         if not getattr(args, "allow_idle", False):
-            raise InputError(message)
-        _progress(f"warning: {message.split(' and none can')[0]}, so nothing runs there (--allow-idle)")
+            raise InputError(f"{missing} and none can be derived: profile the model for them, describe the type "
+                             "under 'device_types' in the platform file (peak_flops, memory_bandwidth), or pass "
+                             "--allow-idle to leave those devices idle")
+        _progress(f"warning: {missing}, so nothing runs there (--allow-idle)")
     return problem
 
 

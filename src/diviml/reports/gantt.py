@@ -54,7 +54,7 @@ def bars_and_transfers(plan: Plan, problem: Problem) -> tuple[list[Bar], list[Tr
     """The plan's bars and the transfers between devices. Parts of a split task cover consecutive rows of the
     batch in the order listed (as :mod:`diviml.simulate` reads them): a part receives from each producer part
     only the rows it overlaps, once per device."""
-    graph, platform = problem.graph, problem.platform
+    graph = problem.graph
     if plan.objective_kind == "call-latency":  # one bar per accelerator call or host task
         from ..simulate import call_latency
         calls = call_latency(problem, plan.placement).calls
@@ -85,7 +85,7 @@ def bars_and_transfers(plan: Plan, problem: Problem) -> tuple[list[Bar], list[Tr
                                                                       min(j.offset + j.batch, c.offset + c.batch)))
             for dst in sorted(rows):
                 if rows[dst]:
-                    dt = platform.transfer_time(graph.by_id[u], j.device, dst, len(rows[dst]) / graph.batch_size)
+                    dt = problem.transfer(u, j.device, dst, len(rows[dst]) / graph.batch_size)
                     if dt > 0:
                         transfers.append(Transfer(u, j.device, dst, j.finish, j.finish + dt))
     return bars, transfers

@@ -35,8 +35,7 @@ class Features:
 def features(problem: Problem) -> Features:
     from . import exact  # exact imports the engines this module is imported beside
 
-    pieces = detect(problem.graph, 1, cut_large=False)
-    sizes = [sum(t not in pieces.constants for t in m.tasks) for m in pieces.modules]
+    sizes = exact.piece_sizes(detect(problem.graph, 1, cut_large=False))
     tasks = sum(sizes)
     decomposes = exact.pays_to_decompose(problem, detect(problem.graph, exact.PIECE_SIZE, cut_large=False))
     return Features(tasks, len(sizes), max(sizes) / max(tasks, 1), decomposes)

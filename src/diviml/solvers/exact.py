@@ -64,10 +64,15 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
 LARGEST_PIECE_SHARE = 0.75  # decompose only where no piece holds more of the tasks than this
 
 
+def piece_sizes(chain) -> list[int]:
+    """Tasks of each piece of ``chain`` that take part in the schedule (constants not counted)."""
+    return [sum(t not in chain.constants for t in m.tasks) for m in chain.modules]
+
+
 def pays_to_decompose(problem: Problem, chain) -> bool:
     """Whether the latency solve goes piece by piece: more than one piece, none holding more than
     :data:`LARGEST_PIECE_SHARE` of the (non-constant) tasks, and the pieces' optima join into the optimum."""
-    sizes = [sum(t not in chain.constants for t in m.tasks) for m in chain.modules]
+    sizes = piece_sizes(chain)
     return (problem.objective.kind == "latency" and len(sizes) > 1
             and max(sizes) <= LARGEST_PIECE_SHARE * sum(sizes) and split.separable(problem, chain))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..bounds import work_bound
+from ..bounds import spread_bound, work_bound
 from ..errors import InfeasibleError, ValidationError
 from ..problem import Problem
 from ..validate import _contiguity_violations
@@ -109,12 +109,8 @@ def depth_first_order(problem: Problem) -> list[str]:
 
 def best_fill(problem: Problem, watch: Stopwatch):
     """(value, target factor, parts) of the best fill over the target shares; None when none fits."""
-    # the target load: the work LP in a fifth of the time, else each task's fastest time spread over the devices
-    base = work_bound(problem, max(watch.left / 5, 0.05)) or sum(
-        min(problem.time(t.id, d.name) for d in problem.platform.devices if t.can_run_on(d.type))
-        for t in problem.graph.tasks if any(t.can_run_on(d.type) for d in problem.platform.devices)
-    ) / len(problem.platform.devices)
-    base = max(base, 1e-12)
+    # the target load: the work LP in a fifth of the time left, else each task's cheapest cost spread evenly
+    base = max(work_bound(problem, max(watch.left / 5, 0.05)) or spread_bound(problem), 1e-12)
     best = None
     orders = (problem.graph.topological_order, depth_first_order(problem))
     devices = fastest_first(problem)

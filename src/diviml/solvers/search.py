@@ -159,8 +159,8 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
             stats["speedup_vs_best_device"] = single[0].objective / best.objective
     if best.objective <= bound * (1 + 1e-9):
         status = "optimal"
+    bound = min(max(bound, best.bound), best.objective)
     if progress:
-        progress(f"  {name}: best {best.objective:.6g}, bound {min(max(bound, best.bound), best.objective):.6g} "
-                 f"at {watch.elapsed:.1f} s")
-    return replace(best, solver=name, status=status, bound=min(max(bound, best.bound), best.objective),
+        progress(f"  {name}: best {best.objective:.6g}, bound {bound:.6g} at {watch.elapsed:.1f} s")
+    return replace(best, solver=name, status=status, bound=bound,
                    solve_time_s=watch.elapsed, notes=tuple(notes), stats={**best.stats, **stats})
