@@ -1,8 +1,8 @@
 """Benchmark: plans run on this machine's CPU workers, measured beside what they predicted.
 
 For each model and platform: profile with the platform's thread count, schedule with split (latency),
-run the plan (outputs checked every run), write the measured times back (--calibrate-out), schedule again
-on the calibrated graph and run that plan; run the best single worker's plan the same way. Every step is
+run the plan (outputs checked every run), write the measured times and hand-offs back (--calibrate-out,
+--calibrate-platform-out), schedule again on the calibrated graph and platform and run that plan; run the best single worker's plan the same way. Every step is
 the CLI a user runs (`diviml profile / schedule / run --json`), `cpu-ranks-2` as two gloo ranks
 (`--nproc 2`). Prints a table and writes benchmarks/results/runtime_fidelity.md.
 
@@ -54,10 +54,13 @@ def row(model: str, platform: str, nproc: int, work: Path, repeats: int, min_tim
                "--time-limit", 120)
     single = diviml("run", model, plans["single"], "--graph", g, *run_args)
     calibrated = work / f"{model}-{platform}-calibrated.json"
-    before = diviml("run", model, plans["split"], "--graph", g, "--calibrate-out", calibrated, *run_args)
+    measured_platform = work / f"{model}-{platform}-calibrated.yaml"
+    before = diviml("run", model, plans["split"], "--graph", g, "--calibrate-out", calibrated,
+                    "--calibrate-platform-out", measured_platform, *run_args)
     plans["after"] = work / f"{model}-{platform}-after.json"
-    diviml("schedule", calibrated, "--platform", platform, "--solver", "split", "--out", plans["after"],
+    diviml("schedule", calibrated, "--platform", measured_platform, "--solver", "split", "--out", plans["after"],
            "--time-limit", 120)
+    run_args[1] = measured_platform
     after = diviml("run", model, plans["after"], "--graph", calibrated, *run_args)
     out.update(predicted=before["predicted_s"], measured=before["measured_s"], ratio=before["ratio"],
                predicted_after=after["predicted_s"], measured_after=after["measured_s"], ratio_after=after["ratio"],
@@ -136,40 +139,49 @@ def link() -> str:
 
 
 def overhead(models: list[str], runs: int) -> str:
-    """The runtime's cost for one piece: the whole model as one piece on one worker against the captured
-    module called directly, alternating in one process (same threads, same inputs), medians of ``runs``."""
+    """The runtime's cost per piece, on one worker in one process (same threads, same inputs): the captured
+    module called directly, the whole model as one piece, and a piece per task; per piece = (per-task run -
+    one-piece run) / (pieces - 1). Blocks of each in turn, medians of ``runs``."""
     import torch
 
     from diviml.frontends.pytorch import capture_at, task_of_nodes
     from diviml.runtime import cut, model_source
     from diviml.runtime._execute import Executor
     torch.set_num_threads(1)
-    lines = ["# Runtime overhead of one piece against the captured module called directly", "",
-             "Command: `python benchmarks/runtime_fidelity.py --overhead`; one process, one thread; three blocks "
-             f"of {runs // 3} runs of each in turn after a warm-up block; overhead = median(one-piece run) - "
-             "median(direct call).", "",
-             "| model | direct (ms) | one piece (ms) | overhead (us) | overhead / direct |", "|---|---|---|---|---|"]
+    lines = ["# Runtime overhead per piece", "",
+             "Command: `python benchmarks/runtime_fidelity.py --overhead`; one process, one worker of one thread; "
+             f"blocks of {runs // 3} runs of each in turn after a warm-up block, medians. 'one piece': the whole "
+             "model as one piece against the captured module called directly. 'per piece': (a piece per task - one "
+             "piece) / (pieces - 1), what the runtime adds for each piece it runs.", "",
+             "| model | direct (ms) | one piece (ms) | one piece - direct (us) | pieces | a piece per task (ms) | "
+             "per piece (us) |", "|---|---|---|---|---|---|---|"]
     for name in models:
         source = model_source(name)
         torch.manual_seed(0)
         captured = capture_at(source.build(), source.inputs, 1)
         tasks = list(dict.fromkeys(task_of_nodes(captured).values()))
-        program = cut(captured, {"worker0": tasks})
         values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
-        executor = Executor(program, {"worker0": torch.device("cpu")}, {"worker0": 1},
-                            {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs})
-        direct, piece = [], []
+        executors = []
+        for max_tasks in (None, 1):
+            program = cut(captured, {"worker0": tasks}, max_tasks=max_tasks)
+            executors.append(Executor(program, {"worker0": torch.device("cpu")}, {"worker0": 1},
+                                      {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs}))
+        calls = [lambda: captured.gm(*captured.args)] + [e.run for e in executors]
+        samples: list[list[float]] = [[] for _ in calls]
         with torch.no_grad():
             for block in range(4):  # blocks of each in turn: alternating single calls disturbs both
-                for samples, call in ((direct, lambda: captured.gm(*captured.args)), (piece, executor.run)):
+                for into, call in zip(samples, calls):
                     for i in range(runs // 3 + 3):
                         t0 = time.perf_counter()
                         call()
                         if block and i >= 3:
-                            samples.append(time.perf_counter() - t0)
-        executor.close()
-        d, p = statistics.median(direct), statistics.median(piece)
-        lines.append(f"| {name} | {d * 1e3:.3f} | {p * 1e3:.3f} | {(p - d) * 1e6:.0f} | {(p - d) / d:+.2%} |")
+                            into.append(time.perf_counter() - t0)
+        for e in executors:
+            e.close()
+        direct, one, each = (statistics.median(s) for s in samples)
+        k = sum(len(p) for p in executors[1].program.pieces.values())
+        lines.append(f"| {name} | {direct * 1e3:.3f} | {one * 1e3:.3f} | {(one - direct) * 1e6:.0f} | {k} | "
+                     f"{each * 1e3:.3f} | {(each - one) / max(1, k - 1) * 1e6:.1f} |")
         print(lines[-1], file=sys.stderr)
     return "\n".join(lines) + "\n"
 

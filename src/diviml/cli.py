@@ -224,7 +224,7 @@ def cmd_run(args) -> dict:
     from .platform import Platform
     from .runtime import launch, model_source, run
     from .runtime._dist import env_world
-    for path in [args.trace, args.calibrate_out, *(args.gantt or [])]:
+    for path in [args.trace, args.calibrate_out, args.calibrate_platform_out, *(args.gantt or [])]:
         if path and not Path(path).resolve().parent.is_dir():
             raise InputError(f"cannot write {path}: its folder does not exist")
     for path in (args.gantt or []):
@@ -260,7 +260,7 @@ def cmd_run(args) -> dict:
     outputs: list[tuple[str, str | bytes]] = []
     if rank == 0:
         from .reports import measured
-        from .runtime import calibrated_graph
+        from .runtime import calibrated_graph, calibrated_platform
         if args.trace:
             outputs.append((args.trace, json.dumps(measured.chrome_trace(report))))
         for path in (args.gantt or []):
@@ -268,6 +268,12 @@ def cmd_run(args) -> dict:
         if args.calibrate_out:
             calibrated = calibrated_graph(report, plan, problem)
             outputs.append((args.calibrate_out, json.dumps(calibrated.to_dict(), indent=1)))
+        if args.calibrate_platform_out:
+            data = calibrated_platform(report, platform).to_dict()
+            import yaml
+            text = (yaml.safe_dump(data, sort_keys=False) if Path(args.calibrate_platform_out).suffix in (".yaml", ".yml")
+                    else json.dumps(data, indent=1))
+            outputs.append((args.calibrate_platform_out, text))
     write_files_atomic(outputs)
     if rank != 0:  # rank 0 speaks for the run
         return {"_text": ""}
@@ -421,6 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--trace", help="write the measured per-piece timeline as Chrome trace JSON")
     r.add_argument("--gantt", action="append", help="draw measured beside predicted (.png, .svg or .html)")
     r.add_argument("--calibrate-out", help="write the graph with times scaled to what the pieces measured")
+    r.add_argument("--calibrate-platform-out",
+                   help="write the platform (.yaml or .json) with the hand-offs measured between devices as links")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--json", action="store_true")
     e = sub.add_parser("evaluate", help="max-load of a NeurIPS 2020 split")

@@ -3,6 +3,7 @@ concurrently, refuses what it cannot run with one line, and measures what the pl
 
 import json
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import pytest
 import diviml
 from diviml import Assignment, InputError, Objective, Plan, Problem, preset
 from diviml.frontends.pytorch import profile_zoo
-from diviml.runtime import calibrated_graph, cut, model_source, rank_of_devices, run
+from diviml.runtime import calibrated_graph, calibrated_platform, cut, model_source, rank_of_devices, run
 from diviml.simulate import schedule
 
 CPU2 = preset("cpu-workers-2")
@@ -98,6 +99,10 @@ def test_two_cpu_workers_run_their_pieces_at_the_same_time(tmp_path):
                  if p.device == d] for d in ("worker0", "worker1")}
     overlap = max(min(f0, f1) - max(s0, s1) for s0, f0 in spans["worker0"] for s1, f1 in spans["worker1"])
     assert overlap > 0
+    # the join waited for the other worker's chain: a hand-off measured, and the platform now charges it
+    assert report.handoffs and all(h.seconds >= 0 and h.bytes == 256 * 512 * 4 for h in report.handoffs)
+    link = calibrated_platform(report, CPU2).peer_links[frozenset(("worker0", "worker1"))]
+    assert link.latency == pytest.approx(statistics.median(h.seconds for h in report.handoffs), abs=1e-9)
 
 
 def test_calibration_makes_each_pieces_tasks_sum_to_what_the_piece_measured():
@@ -110,8 +115,47 @@ def test_calibration_makes_each_pieces_tasks_sum_to_what_the_piece_measured():
         tasks = [t for t, _ in order[p.device]]
         first = tasks.index(p.first_task)
         total = sum(calibrated.time(t, p.device) for t in tasks[first:first + p.tasks])
-        if p.predicted_s:
-            assert total == pytest.approx(p.measured_s, rel=1e-9)
+        if p.predicted_s:  # the piece's run and the runtime's own time before it
+            assert total == pytest.approx(p.measured_s + p.lead_s, rel=1e-9)
+
+
+def test_a_piece_per_task_when_asked_and_the_program_still_matches():
+    from diviml.frontends.pytorch import capture_at
+    problem = profiled("gpt-tiny")
+    m = model_source("gpt-tiny")
+    order = {"worker0": list(problem.graph.topological_order)}
+    captured = capture_at(m.build(), m.inputs, 1)
+    program = cut(captured, order, max_tasks=1)
+    assert all(len(p.tasks) == 1 for p in program.pieces["worker0"])
+    assert len(program.pieces["worker0"]) > len(cut(captured, order).pieces["worker0"]) == 1
+    import torch
+    from diviml.runtime._execute import Executor
+    values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
+    executor = Executor(program, {"worker0": torch.device("cpu")}, {"worker0": 1},
+                        {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs})
+    try:
+        results, timings, _ = executor.run()
+    finally:
+        executor.close()
+    with torch.no_grad():
+        expected = captured.gm(*captured.args)
+    assert len(timings) == len(program.pieces["worker0"])
+    assert torch.allclose(results[program.results[0]], torch.utils._pytree.tree_leaves(expected)[0], atol=1e-6)
+
+
+def test_a_link_is_fitted_from_hand_offs_of_several_sizes_and_a_latency_from_one_size():
+    from diviml.runtime import Handoff
+    from diviml.runtime._calibrate import NO_COPY_BANDWIDTH, fitted_links
+    sizes = [4_000, 1_000_000, 4_000_000, 16_000_000, 64_000_000]
+    copying = [Handoff("worker0", "worker1", k, b, 50e-6 + b / 2e9) for k, b in enumerate(sizes)]
+    (link, n), = fitted_links(copying, CPU2).values()
+    assert n == 5 and link.latency == pytest.approx(50e-6, rel=1e-6) and link.bandwidth == pytest.approx(2e9)
+    by_reference = [Handoff("worker1", "worker0", k, 4096, s) for k, s in enumerate([80e-6, 60e-6, 70e-6])]
+    (link, n), = fitted_links(by_reference, CPU2).values()  # one size: no bandwidth to see, nothing was copied
+    assert link.bandwidth == NO_COPY_BANDWIDTH and link.latency == pytest.approx(70e-6, rel=1e-6)
+    ranks = preset("cpu-ranks-2")  # the network's bandwidth is kept, its share taken off the latency
+    (link, _), = fitted_links([Handoff("rank0", "rank1", 0, 2_700_000, 1.5e-3)], ranks).values()
+    assert link.bandwidth == ranks.network.bandwidth and link.latency == pytest.approx(0.5e-3)
 
 
 def test_a_plan_for_another_graph_is_refused():
@@ -176,11 +220,11 @@ def gpt_files(tmp_path_factory):
     return d
 
 
-def test_run_prints_the_promised_fields_and_writes_trace_gantt_and_calibrated_graph(gpt_files):
+def test_run_prints_the_promised_fields_and_writes_trace_gantt_and_calibrated_graph_and_platform(gpt_files):
     d = gpt_files
     r = cli("run", "gpt-tiny", d / "plan.json", "--platform", "cpu-workers-2", "--graph", d / "g.json", "--json",
             "--repeats", "3", "--trace", d / "t.json", "--gantt", d / "m.html", "--gantt", d / "m.png",
-            "--calibrate-out", d / "g2.json", "--quiet")
+            "--calibrate-out", d / "g2.json", "--calibrate-platform-out", d / "measured.yaml", "--quiet")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["outputs_match"] is True and out["world_size"] == 1
@@ -188,7 +232,7 @@ def test_run_prints_the_promised_fields_and_writes_trace_gantt_and_calibrated_gr
     trace = json.loads((d / "t.json").read_text())
     assert any(e["ph"] == "X" and e["pid"] == 1 for e in trace["traceEvents"])
     assert (d / "m.png").read_bytes()[:4] == b"\x89PNG" and "<svg" in (d / "m.html").read_text()
-    again = cli("schedule", d / "g2.json", "--platform", "cpu-workers-2", "--solver", "heft", "--json", "--quiet")
+    again = cli("schedule", d / "g2.json", "--platform", d / "measured.yaml", "--solver", "heft", "--json", "--quiet")
     assert again.returncode == 0, again.stderr
 
 
@@ -209,7 +253,10 @@ def test_run_as_two_gloo_ranks_gives_the_same_outputs(gpt_files):
     r = cli("run", "gpt-tiny", d / "apart.json", "--platform", "cpu-workers-2", "--json", "--repeats", "1",
             "--nproc", "2", "--quiet")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["outputs_match"] is True
+    out = json.loads(r.stdout)
+    assert out["outputs_match"] is True
+    # both ranks' timelines on one clock: a value sent from one rank reaches the other after it was made
+    assert out["handoffs"] and all(h["seconds"] >= 0 for h in out["handoffs"])
 
 
 def test_bad_runs_are_one_line_and_exit_2_with_nothing_written(gpt_files, tmp_path):

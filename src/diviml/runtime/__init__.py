@@ -6,10 +6,10 @@ module, its time measured beside the plan's prediction.
 >>> report.predicted_s, report.measured_s, report.outputs_match   # doctest: +SKIP
 """
 
-from ._calibrate import calibrated_graph
+from ._calibrate import Handoff, calibrated_graph, calibrated_platform
 from ._dist import launch, rank_of_devices
 from ._pieces import Piece, Program, cut
 from ._run import ModelSource, PieceReport, RunReport, model_source, run
 
-__all__ = ["ModelSource", "calibrated_graph", "Piece", "PieceReport", "Program", "RunReport", "cut", "launch", "model_source",
-           "rank_of_devices", "run"]
+__all__ = ["Handoff", "ModelSource", "calibrated_graph", "calibrated_platform", "Piece", "PieceReport", "Program",
+           "RunReport", "cut", "launch", "model_source", "rank_of_devices", "run"]

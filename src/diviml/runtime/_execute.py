@@ -40,7 +40,12 @@ class Executor:
         self.threads = threads  # plan device -> intra-op threads or None
         self.local = set(program.pieces) if local is None else set(local)
         self.comm = comm
-        self.outputs = {v for ps in program.pieces.values() for p in ps for v in p.outputs}
+        # values another device (or rank) waits for: only these need an event; a value read on its own
+        # device is found in ``values`` by the piece after it
+        self.awaited = {v for d, ps in program.pieces.items() for p in ps for v in p.inputs
+                        if program.producer.get(v, d) != d}
+        self._calls = {(d, p.index): p.module.forward for d, ps in program.pieces.items() for p in ps}
+        self._frees = _frees(program, self.awaited)
         # state (parameters, buffers, constants) placed once on every device that reads it; user inputs on the
         # device the plan gives their task
         self.base: dict[tuple[str, str], object] = {}
@@ -72,7 +77,7 @@ class Executor:
     def run(self) -> tuple[dict, list[PieceRun], float]:
         """Run once: (values of the program's results held here, piece timings, wall seconds)."""
         self.values = dict(self.base)
-        self.ready = {v: threading.Event() for v in self.outputs}
+        self.ready = {v: threading.Event() for v in self.awaited}
         for v in self.program.inputs:
             if v in self.ready:
                 self.ready[v].set()
@@ -134,26 +139,36 @@ class Executor:
         torch = self.torch
         target = self.torch_device[device]
         key = str(target)
+        values, ready, comm, calls, clock, t0 = self.values, self.ready, self.comm, self._calls, time.perf_counter, self.t0
+        timings = self.timings
         try:
             with torch.no_grad():
                 for piece in self.program.pieces[device]:
+                    call = calls[device, piece.index]
                     if stream is not None:
                         with torch.cuda.stream(stream):  # copies in and the piece on one stream
                             args = [self._value(v, target) for v in piece.inputs]
-                            start = time.perf_counter()
-                            out = piece.module(*args)
+                            start = clock()
+                            out = call(*args)
                         stream.synchronize()
                     else:
-                        args = [self._value(v, target) for v in piece.inputs]
-                        start = time.perf_counter()
-                        out = piece.module(*args)
-                    finish = time.perf_counter()
+                        args = []
+                        for v in piece.inputs:  # held here already, else from another device: wait, copy
+                            a = values.get((v, key))
+                            args.append(a if a is not None else self._value(v, target))
+                        start = clock()
+                        out = call(*args)
+                    finish = clock()
                     for v, value in zip(piece.outputs, out):
-                        self.values[v, key] = value
-                        self.ready[v].set()
-                        if self.comm is not None:
-                            self.sends.extend(self.comm.send(v, value))
-                    self.timings.append(PieceRun(device, piece.index, start - self.t0, finish - self.t0))
+                        values[v, key] = value
+                        event = ready.get(v)
+                        if event is not None:
+                            event.set()
+                        if comm is not None:
+                            self.sends.extend(comm.send(v, value))
+                    for v in self._frees.get((device, piece.index), ()):
+                        del values[v, key]
+                    timings.append(PieceRun(device, piece.index, start - t0, finish - t0))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller of run()
             if not isinstance(exc, _Aborted):
                 self.errors.append(exc)
@@ -185,6 +200,24 @@ class Executor:
             if value is None:
                 value = self.values[name, "remote"] = self.comm.recv(name)
         return value
+
+
+def _frees(program, awaited: set[str]) -> dict[tuple[str, int], tuple[str, ...]]:
+    """Per piece, the values to drop once it has run: those made and read on its device alone, not results,
+    whose last reader it is; so a request holds what the unsplit module would, not every value it made."""
+    made_on = {v: d for d, ps in program.pieces.items() for p in ps for v in p.outputs}
+    last: dict[str, tuple[str, int]] = {}
+    for d, ps in program.pieces.items():
+        for p in ps:
+            for v in p.inputs:
+                if made_on.get(v) == d and v not in awaited:
+                    last[v] = (d, p.index)
+    keep = set(program.results)
+    out: dict[tuple[str, int], list[str]] = {}
+    for v, at in last.items():
+        if v not in keep:
+            out.setdefault(at, []).append(v)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def _to(torch, value, device):

@@ -35,9 +35,11 @@ class Program:
     results: tuple[str, ...]  # value names of the program's flat outputs
 
 
-def cut(captured, device_order: dict[str, list[str]], task_of: dict[str, str] | None = None) -> Program:
+def cut(captured, device_order: dict[str, list[str]], task_of: dict[str, str] | None = None, *,
+        max_tasks: int | None = None) -> Program:
     """The program's pieces for a plan's device order (device -> its tasks in order); ``task_of`` maps fx
-    nodes to those tasks (by default the profile's task ids, :func:`task_of_nodes`)."""
+    nodes to those tasks (by default the profile's task ids, :func:`task_of_nodes`). ``max_tasks`` also ends a
+    piece after that many tasks (1: a piece per task), which measures what the runtime costs per piece."""
     import torch
     from torch.utils import _pytree
 
@@ -82,7 +84,8 @@ def cut(captured, device_order: dict[str, list[str]], task_of: dict[str, str] | 
         for t in order:
             reads_remote = any(device_of.get(task_of.get(a.name, ""), device) != device
                                for n in members.get(t, []) for a in nodes[n].all_input_nodes)
-            if not runs or reads_remote or _leaves(runs[-1][-1], members, readers, device):
+            if (not runs or reads_remote or _leaves(runs[-1][-1], members, readers, device)
+                    or (max_tasks is not None and len(runs[-1]) >= max_tasks)):
                 runs.append([])
             runs[-1].append(t)
         built = []

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import socket
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from ..errors import InputError, ValidationError
 from ..plan import Plan
+from ._calibrate import Handoff, piece_waits
 from ._dist import Comm, init, rank_of_devices
 from ._execute import Executor
 from ._pieces import cut
@@ -77,6 +79,7 @@ class PieceReport:
     measured_s: float  # median over the timed runs
     predicted_start_s: float | None
     predicted_s: float | None
+    lead_s: float = 0.0  # the runtime's own time before the piece when it did not wait for another device
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ class RunReport:
     repeats: int
     warmup: int
     piece_reports: tuple[PieceReport, ...] = ()
+    handoffs: tuple[Handoff, ...] = ()  # pieces that waited for another device: producer end -> their start
     notes: tuple[str, ...] = ()
     samples_s: tuple[float, ...] = field(default=(), repr=False)
 
@@ -113,7 +117,8 @@ class RunReport:
                 "ratio": self.ratio, "outputs_match": self.outputs_match, "max_abs_error": self.max_abs_error,
                 "eager_s": self.eager_s, "throughput_per_s": self.throughput, "repeats": self.repeats,
                 "warmup": self.warmup, "notes": list(self.notes), "samples_s": list(self.samples_s),
-                "piece_reports": [p.__dict__ for p in self.piece_reports]}
+                "piece_reports": [p.__dict__ for p in self.piece_reports],
+                "handoffs": [h.__dict__ for h in self.handoffs]}
 
 
 def torch_devices(platform, devices: list[str], rank_of: dict[str, int], rank: int) -> dict:
@@ -215,7 +220,8 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     local = {d for d in program.pieces if rank_of[d] == rank}
     executor = Executor(program, {**devices, **{d: torch.device("cpu") for d in program.pieces if d not in devices}},
                         threads, state, inputs, comm=comm, local=local)
-    samples, runs, worst = [], [], 0.0
+    samples, runs, t0s, worst, one_host = [], [], [], 0.0, True
+    notes: list[str] = []
     match = True
     try:
         for i in range(warmup + repeats):
@@ -229,14 +235,20 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
             if i >= warmup:
                 samples.append(wall)
                 runs.append(timings)
+                t0s.append(executor.t0)
             if progress and (i + 1) % max(1, (warmup + repeats) // 5) == 0:
                 progress(f"  run {i + 1}/{warmup + repeats}: {wall * 1e3:.3f} ms")
     finally:
         executor.close()
-    if comm is not None:
+    if comm is not None:  # every rank's timings on rank 0's clock (one host: one monotonic clock)
         gathered = [None] * world
-        torch.distributed.all_gather_object(gathered, runs)
-        runs = [sum((g[k] for g in gathered), []) for k in range(len(runs))]
+        torch.distributed.all_gather_object(gathered, (socket.gethostname(), t0s, runs))
+        one_host = len({host for host, _, _ in gathered}) == 1
+        if not one_host:
+            notes.append("ranks on several hosts: their timelines are each on their own clock, hand-offs between "
+                         "them are not measured")
+        runs = [sum((_shifted(g_runs[k], g_t0s[k] - t0s[k] if one_host else 0.0) for _, g_t0s, g_runs in gathered),
+                    []) for k in range(len(runs))]
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()  # gloo's threads end before the interpreter does
     if not match:
@@ -245,7 +257,6 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
                               "runtime is wrong; report it with the plan")
     measured = statistics.median(samples)
     predicted, spans = plan.objective, None
-    notes = []
     if problem is not None:  # the plan's device order re-timed on the given graph (it may be a calibrated one)
         from ..simulate import schedule
         timed = schedule(problem, plan.parts, order)
@@ -254,14 +265,17 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
         if abs(timed.makespan - predicted) > 1e-9 * max(predicted, 1e-12):
             notes.append(f"predicted on the given graph: {timed.makespan:.6g} s (the plan said {predicted:.6g} s)")
         predicted = timed.makespan
-    pieces = _piece_reports(program, runs, spans)
+    lead, handoffs = piece_waits(program, runs, lambda v: _nbytes(meta.get(v)))
+    if not one_host:
+        handoffs = tuple(h for h in handoffs if rank_of.get(h.src) == rank_of.get(h.dst))
+    pieces = _piece_reports(program, runs, spans, lead)
     if source.batch_fixed is None and batch != plan.batch_size:
         notes.append(f"ran at batch {batch}, the plan was made for batch {plan.batch_size}")
     return RunReport(source.name, batch, plan.objective_kind, world,
                      _placed(platform, used, rank_of),
                      sum(len(p) for p in program.pieces.values()), predicted, measured, min(samples), max(samples),
                      measured / predicted if predicted > 0 else math.inf, match, worst, eager, repeats, warmup,
-                     pieces, tuple(notes), tuple(samples))
+                     pieces, handoffs, tuple(notes), tuple(samples))
 
 
 def _check_edges(captured, graph) -> None:
@@ -334,7 +348,21 @@ def _agree(torch, wall: float, match: bool, worst: float):
     return float(t[0]), bool(t[1] == 0.0), float(t[2])
 
 
-def _piece_reports(program, runs, spans: dict | None) -> tuple[PieceReport, ...]:
+def _shifted(timings, by: float) -> list:
+    return [replace(r, start=r.start + by, finish=r.finish + by) for r in timings] if by else list(timings)
+
+
+def _nbytes(meta) -> int:
+    """Bytes of a value from its recorded (shape, dtype); 8 for a size sent as an int."""
+    if meta is None:
+        return 0
+    shape, dtype = meta
+    if shape is None:
+        return 8
+    return math.prod(shape) * dtype.itemsize
+
+
+def _piece_reports(program, runs, spans: dict | None, lead: dict) -> tuple[PieceReport, ...]:
     out = []
     for device, pieces in program.pieces.items():
         for p in pieces:
@@ -348,5 +376,6 @@ def _piece_reports(program, runs, spans: dict | None) -> tuple[PieceReport, ...]
                 pred = max(finish for _, finish in timed) - pred_start
             out.append(PieceReport(device, p.index, len(p.tasks), p.tasks[0],
                                    statistics.median(r.start for r in seen),
-                                   statistics.median(r.finish - r.start for r in seen), pred_start, pred))
+                                   statistics.median(r.finish - r.start for r in seen), pred_start, pred,
+                                   lead.get((device, p.index), 0.0)))
     return tuple(sorted(out, key=lambda r: r.measured_start_s))
