@@ -8,12 +8,12 @@ the CLI a user runs (`diviml profile / schedule / run --json`), `cpu-ranks-2` as
 
 Columns: predicted and measured latency (ms, median of the timed runs) of the split plan before and after
 calibration, their ratio, whether outputs matched on every run, the best single worker's plan measured,
-and the measured speed-up of the calibrated split plan over it. 'overhead' is the one-piece plan's
-measured time less the unsplit module's eager time in the same process (the runtime's cost for one piece).
+and the measured speed-up of the calibrated split plan over it. --overhead measures the runtime's cost per
+piece instead (a piece per task against one piece, one worker).
 
     python benchmarks/runtime_fidelity.py                       # the table
     python benchmarks/runtime_fidelity.py --link                # gloo send/recv cost between two ranks here
-    python benchmarks/runtime_fidelity.py --overhead            # one piece against the module called directly
+    python benchmarks/runtime_fidelity.py --overhead            # the runtime's cost per piece
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def row(model: str, platform: str, nproc: int, work: Path, repeats: int, min_tim
                predicted_after=after["predicted_s"], measured_after=after["measured_s"], ratio_after=after["ratio"],
                match=before["outputs_match"] and after["outputs_match"] and single["outputs_match"],
                single=single["measured_s"], speedup=single["measured_s"] / after["measured_s"],
-               pieces=after["pieces"], overhead=single["measured_s"] - single["eager_s"] if nproc == 1 else None)
+               pieces=after["pieces"])
     return out
 
 
@@ -75,20 +75,19 @@ def table(rows: list[dict], command: str) -> str:
         "# Plans run on this machine: measured beside predicted", "",
         f"Command: `{command}`; machine: 2 cores, shared; latency in ms, median of the timed runs. 'before': "
         "the split plan on the profiled graph; 'after': split again on the graph calibrated by that run, and run. "
-        "'single': the best single worker's plan, run. Speed-up: single / after, both measured. Overhead: the "
-        "one-piece plan's time less the eager module's in the same process.", "",
+        "'single': the best single worker's plan, run. Speed-up: single / after, both measured. The runtime's "
+        "cost per piece: results/runtime_overhead.md.", "",
         "| model | platform | predicted | measured | ratio | predicted after | measured after | ratio after | "
-        "outputs match | single measured | speed-up | pieces | overhead (us) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "outputs match | single measured | speed-up | pieces |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['platform']} | {r['error'][:120]} |" + " |" * 11)
+            lines.append(f"| {r['model']} | {r['platform']} | {r['error'][:120]} |" + " |" * 10)
             continue
-        over = "" if r["overhead"] is None else f"{r['overhead'] * 1e6:.0f}"
         lines.append(f"| {r['model']} | {r['platform']} | {r['predicted'] * 1e3:.2f} | {r['measured'] * 1e3:.2f} | "
                      f"{r['ratio']:.3f} | {r['predicted_after'] * 1e3:.2f} | {r['measured_after'] * 1e3:.2f} | "
                      f"{r['ratio_after']:.3f} | {'yes' if r['match'] else 'NO'} | {r['single'] * 1e3:.2f} | "
-                     f"{r['speedup']:.3f} | {r['pieces']} | {over} |")
+                     f"{r['speedup']:.3f} | {r['pieces']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -193,7 +192,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--min-time", type=float, default=2.0, help="profiling seconds per model")
     parser.add_argument("--link", action="store_true", help="measure gloo's send/recv cost instead")
-    parser.add_argument("--overhead", action="store_true", help="measure the runtime's cost for one piece instead")
+    parser.add_argument("--overhead", action="store_true", help="measure the runtime's cost per piece instead")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     command = "python " + " ".join([sys.argv[0], *sys.argv[1:]])

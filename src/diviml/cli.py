@@ -265,11 +265,12 @@ def cmd_run(args) -> dict:
             outputs.append((args.trace, json.dumps(measured.chrome_trace(report))))
         for path in (args.gantt or []):
             outputs.append((path, measured.render_gantt(report, path)))
+        calibrated = calibrated_graph(report, plan, problem) if problem is not None else None
         if args.calibrate_out:
-            calibrated = calibrated_graph(report, plan, problem)
             outputs.append((args.calibrate_out, json.dumps(calibrated.to_dict(), indent=1)))
         if args.calibrate_platform_out:
-            data = calibrated_platform(report, platform).to_dict()
+            on_graph = Problem(calibrated, platform, problem.objective) if calibrated is not None else None
+            data = calibrated_platform(report, platform, plan=plan, problem=on_graph).to_dict()
             import yaml
             text = (yaml.safe_dump(data, sort_keys=False) if Path(args.calibrate_platform_out).suffix in (".yaml", ".yml")
                     else json.dumps(data, indent=1))
@@ -428,7 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--gantt", action="append", help="draw measured beside predicted (.png, .svg or .html)")
     r.add_argument("--calibrate-out", help="write the graph with times scaled to what the pieces measured")
     r.add_argument("--calibrate-platform-out",
-                   help="write the platform (.yaml or .json) with the hand-offs measured between devices as links")
+                   help="write the platform (.yaml or .json) with the hand-offs measured between devices as links "
+                        "(with --graph: their latency fitted so that the plan re-timed takes what was measured)")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--json", action="store_true")
     e = sub.add_parser("evaluate", help="max-load of a NeurIPS 2020 split")

@@ -100,9 +100,11 @@ def test_two_cpu_workers_run_their_pieces_at_the_same_time(tmp_path):
     overlap = max(min(f0, f1) - max(s0, s1) for s0, f0 in spans["worker0"] for s1, f1 in spans["worker1"])
     assert overlap > 0
     # the join waited for the other worker's chain: a hand-off measured, and the platform now charges it
-    assert report.handoffs and all(h.seconds >= 0 and h.bytes == 256 * 512 * 4 for h in report.handoffs)
+    receives = [h.seconds for h in report.handoffs if h.kind == "receive"]
+    sends = [h.seconds for h in report.handoffs if h.kind == "send"] or [0.0]
+    assert receives and all(h.seconds >= 0 and h.bytes == 256 * 512 * 4 for h in report.handoffs)
     link = calibrated_platform(report, CPU2).peer_links[frozenset(("worker0", "worker1"))]
-    assert link.latency == pytest.approx(statistics.median(h.seconds for h in report.handoffs), abs=1e-9)
+    assert link.latency == pytest.approx(statistics.median(receives) + statistics.median(sends), abs=1e-9)
 
 
 def test_calibration_makes_each_pieces_tasks_sum_to_what_the_piece_measured():
@@ -156,6 +158,31 @@ def test_a_link_is_fitted_from_hand_offs_of_several_sizes_and_a_latency_from_one
     ranks = preset("cpu-ranks-2")  # the network's bandwidth is kept, its share taken off the latency
     (link, _), = fitted_links([Handoff("rank0", "rank1", 0, 2_700_000, 1.5e-3)], ranks).values()
     assert link.bandwidth == ranks.network.bandwidth and link.latency == pytest.approx(0.5e-3)
+    # the sender's side delays its next piece: the model charges a hand-off as one delay, so it is added there
+    both = [Handoff("rank0", "rank1", 0, 2_700_000, 1.5e-3), Handoff("rank0", "rank1", 3, 2_700_000, 0.2e-3, "send")]
+    (link, n), = fitted_links(both, ranks).values()
+    assert n == 2 and link.latency == pytest.approx(0.7e-3)
+
+
+def test_the_calibrated_links_make_the_runs_plan_take_what_was_measured():
+    from types import SimpleNamespace
+
+    from diviml.runtime import Handoff
+    problem = profiled("gpt-tiny")
+    plan = random_plan(problem, seed=3)  # crosses between the workers many times
+    handoffs = (Handoff("worker0", "worker1", 1, 4096, 50e-6),)
+    as_measured = calibrated_platform(SimpleNamespace(model="gpt-tiny", handoffs=handoffs), CPU2)
+    predicted = schedule(Problem(problem.graph, as_measured), plan.parts, plan.device_order).makespan
+    for slower, scaled in ((1.5, True), (0.9, False)):
+        report = SimpleNamespace(model="gpt-tiny", handoffs=handoffs, measured_s=predicted * slower)
+        platform = calibrated_platform(report, CPU2, plan=plan, problem=problem)
+        link = platform.peer_links[frozenset(("worker0", "worker1"))]
+        retimed = schedule(Problem(problem.graph, platform), plan.parts, plan.device_order).makespan
+        if scaled:  # the measured hand-off was too short to explain the run: its latency grows until it does
+            assert link.latency > 50e-6 and retimed == pytest.approx(report.measured_s, rel=2e-3)
+            assert "so that the run's plan re-timed" in platform.sources["peer worker0-worker1"]
+        else:  # the tasks alone take longer than the run did: the measured hand-off is kept
+            assert link.latency == pytest.approx(50e-6)
 
 
 def test_a_plan_for_another_graph_is_refused():

@@ -7,10 +7,12 @@ Two things are read off a run's per-piece timeline (every timed run, medians):
   task's time on its device's type (and that type's batch-table row) is multiplied by its piece's cost /
   predicted duration: the pieces' sums then equal what was measured, and the split of a piece's time among its
   tasks keeps the profile's proportions (:func:`calibrated_graph`);
-- a *hand-off*: when a piece waited for a value from another device, the time from the producing piece's end
-  to its own start (the event's wake-up, the copy or the torch.distributed send/recv). Per pair of devices
-  these give a link, ``latency + bytes / bandwidth`` (:func:`fitted_links`), written into the platform as peer
-  links (:func:`calibrated_platform`), so that the second solve charges what a hand-off costs.
+- a *hand-off*: where a piece read values from another device, the time from when it could have started
+  (its device free, those values made) to its start: the event's wake-up, the copy or the torch.distributed
+  receive; and where the piece before it sent values to another device, the time between the two (the send).
+  Per pair of devices these give a link, ``latency + bytes / bandwidth`` (:func:`fitted_links`), written into
+  the platform as peer links (:func:`calibrated_platform`), so that the second solve charges what crossing
+  devices costs, and not the tasks next to the crossing.
 """
 
 from __future__ import annotations
@@ -30,26 +32,41 @@ FIT_SPAN_FACTOR = 8.0
 
 @dataclass(frozen=True)
 class Handoff:
-    """One cross-device input of a piece that waited for it: median seconds from producer end to piece start."""
+    """What crossing devices added before one piece started, median seconds over the timed runs.
+
+    ``receive``: the piece read values from ``src``; the seconds from when it could have started (its
+    device free, the values made) to its start: the wake-up, copy or torch.distributed receive.
+    ``send``: the piece before it on ``src`` sent values to ``dst``; the seconds from that piece's end to
+    this one's start, the sender's side of the hand-off."""
     src: str
     dst: str
-    piece: int  # the receiving piece's index on ``dst``
+    piece: int  # the delayed piece's index on its device (``dst`` for a receive, ``src`` for a send)
     bytes: int
     seconds: float
+    kind: str = "receive"
 
 
 def piece_waits(program, runs, nbytes) -> tuple[dict, tuple[Handoff, ...]]:
     """Per piece ``(device, index)`` its median lead (s), and the hand-offs, from ``runs`` (one list of
     :class:`~diviml.runtime._execute.PieceRun` per timed run, on one clock); ``nbytes(value)`` is a value's
-    size."""
+    size. A piece's time before its start counts as a hand-off where it received or its predecessor sent
+    across devices, else as its lead."""
     made_by: dict[str, tuple[str, int]] = {}
     for device, pieces in program.pieces.items():
         for p in pieces:
             for v in p.outputs:
                 made_by[v] = (device, p.index)
+    sent_to: dict[tuple[str, int], dict[str, int]] = {}  # piece -> other device -> bytes it sends there
+    for device, pieces in program.pieces.items():
+        for p in pieces:
+            for v in p.inputs:
+                src = made_by.get(v)
+                if src is not None and src[0] != device:
+                    sent_to.setdefault(src, {}).setdefault(device, 0)
+                    sent_to[src][device] += nbytes(v)
     leads: dict[tuple[str, int], list[float]] = {}
-    waits: dict[tuple[str, str, int], list[float]] = {}
-    sizes: dict[tuple[str, str, int], int] = {}
+    waits: dict[tuple[str, str, int, str], list[float]] = {}
+    sizes: dict[tuple[str, str, int, str], int] = {}
     for timings in runs:
         at = {(r.device, r.index): r for r in timings}
         for device, pieces in program.pieces.items():
@@ -67,29 +84,38 @@ def piece_waits(program, runs, nbytes) -> tuple[dict, tuple[Handoff, ...]]:
                         continue
                     remote[src[0]] = max(remote.get(src[0], 0.0), at[src].finish)
                     size[src[0]] = size.get(src[0], 0) + nbytes(v)
-                gate_device = max(remote, key=remote.get) if remote else None
-                if gate_device is not None and remote[gate_device] > own:
-                    key = (gate_device, device, p.index)
-                    waits.setdefault(key, []).append(me.start - remote[gate_device])
-                    sizes[key] = size[gate_device]
+                ready = max([own, *remote.values()])
+                delay = max(0.0, me.start - ready)
+                if remote:
+                    gate = max(remote, key=remote.get)
+                    key = (gate, device, p.index, "receive")
+                elif before is not None and sent_to.get((device, before.index)):
+                    dst, sent = max(sent_to[device, before.index].items(), key=lambda kv: kv[1])
+                    key = (device, dst, p.index, "send")
                 else:
-                    leads.setdefault((device, p.index), []).append(max(0.0, me.start - own))
+                    leads.setdefault((device, p.index), []).append(delay)
+                    continue
+                waits.setdefault(key, []).append(delay)
+                sizes[key] = size[gate] if remote else sent
     lead = {k: statistics.median(v) for k, v in leads.items()}
-    handoffs = tuple(Handoff(src, dst, i, sizes[src, dst, i], statistics.median(v))
-                     for (src, dst, i), v in sorted(waits.items()))
+    handoffs = tuple(Handoff(src, dst, i, sizes[src, dst, i, kind], statistics.median(v), kind)
+                     for (src, dst, i, kind), v in sorted(waits.items()))
     return lead, handoffs
 
 
 def fitted_links(handoffs, platform: Platform) -> dict[frozenset, tuple[Link, int]]:
-    """Per unordered device pair with hand-offs: the link they fit and how many there were. A bandwidth is
-    fitted (least squares) only where sizes span enough to show one; else the pair keeps the bandwidth the
-    platform gives it (:data:`NO_COPY_BANDWIDTH` where it charged nothing) and the latency is the median
-    hand-off less that bandwidth's share."""
+    """Per unordered device pair with hand-offs: the link they fit and how many there were. The receives
+    give ``latency + bytes / bandwidth``; a bandwidth is fitted (least squares) only where their sizes span
+    enough to show one, else the pair keeps the bandwidth the platform gives it (:data:`NO_COPY_BANDWIDTH`
+    where it charged nothing) and the latency is the median receive less that bandwidth's share. The median
+    send is added to the latency: the model charges a hand-off as one delay, so both sides' costs go there."""
     by_pair: dict[frozenset, list[Handoff]] = {}
     for h in handoffs:
         by_pair.setdefault(frozenset((h.src, h.dst)), []).append(h)
     out = {}
-    for pair, hs in by_pair.items():
+    for pair, both in by_pair.items():
+        hs = [h for h in both if h.kind == "receive"]
+        sends = [h.seconds for h in both if h.kind == "send"]
         sizes = [h.bytes for h in hs]
         link = None
         if len(hs) >= 4 and max(sizes) - min(sizes) >= FIT_SPAN_BYTES and max(sizes) >= FIT_SPAN_FACTOR * max(1, min(sizes)):
@@ -100,9 +126,11 @@ def fitted_links(handoffs, platform: Platform) -> dict[frozenset, tuple[Link, in
                 link = Link(bandwidth=1.0 / slope, latency=max(0.0, my - slope * mx))
         if link is None:
             bandwidth = _bandwidth(platform, *sorted(pair))
-            latency = statistics.median(h.seconds - h.bytes / bandwidth for h in hs)
+            latency = statistics.median(h.seconds - h.bytes / bandwidth for h in hs) if hs else 0.0
             link = Link(bandwidth=bandwidth, latency=max(0.0, latency))
-        out[pair] = (link, len(hs))
+        if sends:
+            link = Link(link.bandwidth, link.latency + statistics.median(sends))
+        out[pair] = (link, len(both))
     return out
 
 
@@ -118,16 +146,50 @@ def _bandwidth(platform: Platform, a: str, b: str) -> float:
     return min(hops) if hops else NO_COPY_BANDWIDTH
 
 
-def calibrated_platform(report, platform: Platform) -> Platform:
-    """``platform`` with a peer link for every device pair the run measured hand-offs between."""
+def calibrated_platform(report, platform: Platform, *, plan=None, problem=None) -> Platform:
+    """``platform`` with a peer link for every device pair the run measured hand-offs between.
+
+    Given the run's ``plan`` and its ``problem`` on the calibrated graph, the links' latencies are then
+    scaled up, where needed, until the plan re-timed on them takes what the run measured: a hand-off here
+    can occupy both devices (a gloo send and receive on a busy host), which the model, charging a hand-off as
+    a delay only, can show only as a longer one. Both figures are in the platform's sources."""
+    fitted = fitted_links(report.handoffs, platform)
+    scale = 1.0
+    if fitted and plan is not None and problem is not None and plan.device_order:
+        scale = _latency_scale(fitted, platform, plan, problem, report.measured_s)
     links = dict(platform.peer_links)
     sources = dict(platform.sources)
-    for pair, (link, n) in sorted(fitted_links(report.handoffs, platform).items(), key=lambda kv: sorted(kv[0])):
-        links[pair] = link
+    for pair, (link, n) in sorted(fitted.items(), key=lambda kv: sorted(kv[0])):
+        links[pair] = Link(link.bandwidth, link.latency * scale)
         a, b = sorted(pair)
-        sources[f"peer {a}-{b}"] = (f"measured by 'diviml run {report.model}': {n} hand-offs, latency "
-                                    f"{link.latency * 1e6:.1f} us, bandwidth {link.bandwidth:.3g} B/s")
+        sources[f"peer {a}-{b}"] = (
+            f"measured by 'diviml run {report.model}': {n} hand-offs, latency {link.latency * 1e6:.1f} us, "
+            f"bandwidth {link.bandwidth:.3g} B/s" + (
+                f"; latency x {scale:.3g} so that the run's plan re-timed takes the {report.measured_s * 1e3:.4g} ms "
+                "measured (hand-offs that occupy the devices on both sides, shown as delays)" if scale > 1 else ""))
     return replace(platform, name=f"{platform.name} (calibrated by a run)", peer_links=links, sources=sources)
+
+
+def _latency_scale(fitted, platform: Platform, plan, problem, measured: float, max_scale: float = 1e4) -> float:
+    """The factor (>= 1) on the fitted links' latencies at which ``plan`` re-timed takes ``measured`` seconds
+    (bisection: the makespan does not fall as latencies grow)."""
+    from ..problem import Problem
+    from ..simulate import schedule
+
+    def makespan(k: float) -> float:
+        links = {**platform.peer_links, **{pair: Link(l.bandwidth, l.latency * k) for pair, (l, _) in fitted.items()}}
+        timed = Problem(problem.graph, replace(platform, peer_links=links), problem.objective)
+        return schedule(timed, plan.parts, plan.device_order).makespan
+
+    if makespan(1.0) >= measured:
+        return 1.0
+    if makespan(max_scale) <= measured:
+        return max_scale
+    low, high = 1.0, max_scale
+    while high - low > 1e-3 * low:
+        mid = (low * high) ** 0.5
+        low, high = (mid, high) if makespan(mid) < measured else (low, mid)
+    return high
 
 
 def calibrated_graph(report, plan, problem) -> TaskGraph:
