@@ -254,6 +254,27 @@ def test_memory_budgets_keep_the_plan_within_every_device():
     assert all(used.get(d.name, 0) * 1e9 <= d.memory_bytes for d in plat.devices)
 
 
+def test_where_neither_the_join_nor_a_baseline_fits_memory_the_whole_graph_is_solved_not_called_infeasible():
+    # a chain of 40 small tasks, then two of 9 GB: each GPU has room for one big task and 1 GB beside it, so
+    # the small tasks must be spread; the greedy layouts (HEFT's, the join's states) put them on the fast GPU
+    gb = 1e9
+    small = [Task(f"e{i}", {"fast": 1.0, "slow": 1.5, "cpu": 3.0}, memory_bytes=0.05 * gb) for i in range(40)]
+    big = [Task(n, {"fast": 1.0, "slow": 1.5, "cpu": 3.0}, memory_bytes=9 * gb) for n in ("L1", "L2")]
+    tasks = small + big
+    g = TaskGraph.create(tasks, [(a.id, b.id) for a, b in zip(tasks, tasks[1:])])
+    platform = diviml.Platform.from_dict({"devices": [
+        {"name": "cpu", "type": "cpu", "host": True, "memory": 1 * gb},
+        {"name": "a", "type": "fast", "memory": 10 * gb, "link": {"bandwidth": 1e10}},
+        {"name": "b", "type": "slow", "memory": 10 * gb, "link": {"bandwidth": 1e10}}]})
+    p = Problem(g, platform)
+    with pytest.raises(diviml.InfeasibleError):
+        diviml.solve(p, "heft", time_limit=5)
+    plan = diviml.solve(p, "split", time_limit=8)
+    assert validate(plan, p).ok
+    assert any("whole-graph CP-SAT plan" in n for n in plan.notes)
+    assert 52.5 - 1e-6 <= plan.objective <= 60  # the optimum: 20 small tasks on a, 20 on b or the CPU
+
+
 def test_co_located_tasks_in_different_modules_share_a_device():
     g = layered_dag(40, seed=0)
     chain = detect(g, 8)
