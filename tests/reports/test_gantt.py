@@ -18,7 +18,7 @@ EVIL = 'b"><img src=x onerror=alert(2)>'
 
 DOCUMENT = """
 const nodes = {chart: {clientWidth: 900, innerHTML: '', addEventListener() {}}, tip: {style: {}}, legend: {innerHTML: ''},
-               zoom: {value: 1}, showTransfers: {checked: true}};
+               zoom: {value: 1}, showTransfers: {checked: true}, hidden: {textContent: ""}};
 globalThis.document = {getElementById: id => nodes[id]};
 """
 

@@ -71,3 +71,38 @@ def test_the_page_draws_hostile_names_as_text_and_answers_hover_toggle_and_zoom(
     assert "critical path" in page.locator("#legend").inner_text()
     page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
     assert not errors, errors
+
+
+def test_a_plan_of_twenty_thousand_tasks_opens_as_merged_bars_that_zooming_takes_apart(browser, tmp_path):
+    import random
+
+    from diviml import Assignment, Plan
+    from diviml.generators import layered_dag
+    from diviml.simulate import schedule
+    from dataclasses import replace
+    g = layered_dag(20_000, seed=1)
+    g = TaskGraph.create([replace(t, memory_bytes=0.0) for t in g.tasks], g.edges)
+    problem = Problem(g, diviml.preset("paper-server"))
+    rng = random.Random(0)
+    devices = [d.name for d in problem.platform.devices]
+    timed = schedule(problem, {t.id: [(rng.choice(devices), 1)] for t in problem.graph.tasks})
+    plan = Plan("latency", tuple(Assignment(j.task, j.device, j.start) for j in timed.jobs), timed.makespan, 0.0,
+                "feasible", "random", batch_size=1)
+    path = tmp_path / "big.html"
+    path.write_text(html_page(plan, problem))
+    from diviml.reports.gantt import render
+    assert render(plan, problem, tmp_path / "big.png")[:4] == b"\x89PNG"  # one collection a device, merged bars
+
+    page = browser.new_page(viewport={"width": 1200, "height": 700})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    shapes = page.locator("#chart rect").count()
+    assert 0 < shapes < 5_000  # not 20,000 bars and their transfers: what a pixel can show
+    summary = page.locator("#chart rect.summary").first
+    summary.hover()
+    assert "tasks on" in page.locator("#tip").text_content()
+    assert "transfers under a pixel not drawn" in page.locator("#hidden").text_content()
+    page.locator("#zoom").evaluate("z => { z.value = 20; z.dispatchEvent(new Event('input')); }")
+    assert page.locator("#chart rect").count() > shapes  # zoomed in, more of them stand apart
+    assert not errors, errors

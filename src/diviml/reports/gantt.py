@@ -9,6 +9,7 @@ shows each device's load per sample, split into compute and transfers.
 
 from __future__ import annotations
 
+import bisect
 import html
 import json
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ from ..simulate import pipeline_loads
 
 FORMATS = (".png", ".svg", ".html", ".json")
 TOL = 1e-9
+PLOT_PIXELS = 1100  # the PNG/SVG time axis, about (12 in at 120 dpi, less the labels and legend)
+MAX_TRANSFER_LINES = 2000  # beyond this many, a PNG/SVG draws only the transfers at least a pixel long
+SUMMARY = "#9e9e9e"
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,56 @@ class Transfer:
     dst: str
     start: float
     finish: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Consecutive bars of one device too narrow to draw apart, drawn as one."""
+    device: str
+    start: float
+    finish: float
+    count: int
+    busy: float  # the time its bars cover
+    critical: bool  # some of its bars are on the critical path
+
+
+def summarised(bars: list[Bar], end: float, pixels: float) -> list[Bar | Summary]:
+    """``bars`` for a drawing ``pixels`` wide over ``[0, end]``: a bar narrower than a pixel joins the
+    neighbours on its device that are too (closer than a pixel apart) into one :class:`Summary`, outlined
+    where it holds critical-path bars (as the page does); wider bars are kept as they are.
+
+    >>> tiny = [Bar("gpu", f"t{i}", i * 0.001, i * 0.001 + 0.0009, 1, False) for i in range(100)]
+    >>> [type(b).__name__ for b in summarised(tiny + [Bar("gpu", "big", 0.1, 1.0, 1, True)], 1.0, 1000)]
+    ['Summary', 'Bar']
+    """
+    px = end / pixels if pixels > 0 and end > 0 else 0.0
+    out: list[Bar | Summary] = []
+    by_device: dict[str, list[Bar]] = {}
+    for b in bars:
+        by_device.setdefault(b.device, []).append(b)
+    for device, row in by_device.items():
+        run: list[Bar] = []
+
+        def flush() -> None:
+            if len(run) == 1:
+                out.append(run[0])
+            elif run:
+                out.append(Summary(device, run[0].start, max(b.finish for b in run), len(run),
+                                   sum(b.finish - b.start for b in run), any(b.critical for b in run)))
+            run.clear()
+
+        for b in sorted(row, key=lambda b: b.start):
+            narrow = b.finish - b.start < px
+            if narrow and run and b.start - run[-1].finish < px:
+                run.append(b)
+                continue
+            flush()
+            if narrow:
+                run.append(b)
+            else:
+                out.append(b)
+        flush()
+    return out
 
 
 def check_format(path: str | Path) -> None:
@@ -109,9 +163,10 @@ def critical_path(problem: Problem, jobs: list[_Job], by_task: dict[str, list[_J
     graph = problem.graph
     if not jobs:
         return set()
-    per_device: dict[str, list[_Job]] = {}
-    for j in jobs:
+    per_device: dict[str, list[_Job]] = {}  # by finish, for a bisection: the walk stays near-linear
+    for j in sorted(jobs, key=lambda j: j.finish):
         per_device.setdefault(j.device, []).append(j)
+    finishes = {d: [j.finish for j in js] for d, js in per_device.items()}
     current = max(jobs, key=lambda j: j.finish)
     visited = {id(current)}
     while current.start > TOL:
@@ -125,9 +180,13 @@ def critical_path(problem: Problem, jobs: list[_Job], by_task: dict[str, list[_J
                         j.finish + problem.transfer(u, j.device, current.device, overlap / graph.batch_size)
                         - current.start) <= close:
                     nxt = j
-        if nxt is None:
-            nxt = next((j for j in reversed(per_device[current.device])
-                        if id(j) not in visited and abs(j.finish - current.start) <= close), None)
+        if nxt is None:  # the job before it on its device, finishing as it starts
+            mine, ends = per_device[current.device], finishes[current.device]
+            k = bisect.bisect_right(ends, current.start + close) - 1
+            while k >= 0 and ends[k] >= current.start - close and nxt is None:
+                if id(mine[k]) not in visited:
+                    nxt = mine[k]
+                k -= 1
         if nxt is None:
             break
         visited.add(id(nxt))
@@ -251,17 +310,33 @@ def _matplotlib_bytes(plan: Plan, problem: Problem, fmt: str) -> bytes:
         row = {d: i for i, d in enumerate(devices)}
         by, colours = colouring(bars)
         end = max((b.finish for b in bars), default=1.0) or 1.0
-        for b in bars:  # the critical path is outlined, so the colours stay readable
-            ax.barh(row[b.device], b.finish - b.start, left=b.start, height=0.6,
-                    color=colours[colour_key(b, by)], edgecolor="black" if b.critical else "white",
-                    linewidth=1.2 if b.critical else 0.3, zorder=3 if b.critical else 2)
-            if (b.finish - b.start) / end * 12 * 72 > 5.5 * len(b.task):  # the label fits the bar (6 pt text)
+        drawn = summarised(bars, end, PLOT_PIXELS)
+        for critical in (False, True):  # one collection per device and kind: fast at 50,000 bars
+            for d in devices:
+                mine = [b for b in drawn if b.device == d and isinstance(b, Bar) and b.critical == critical]
+                if mine:  # the critical path is outlined, so the colours stay readable
+                    ax.broken_barh([(b.start, b.finish - b.start) for b in mine], (row[d] - 0.3, 0.6),
+                                   facecolors=[colours[colour_key(b, by)] for b in mine],
+                                   edgecolors="black" if critical else "white", linewidths=1.2 if critical else 0.3,
+                                   zorder=3 if critical else 2)
+        for d in devices:
+            merged = [b for b in drawn if b.device == d and isinstance(b, Summary)]
+            if merged:
+                ax.broken_barh([(b.start, b.finish - b.start) for b in merged], (row[d] - 0.3, 0.6),
+                               facecolors=SUMMARY, edgecolors=["black" if b.critical else "none" for b in merged],
+                               linewidths=1.2, zorder=2)
+        for b in drawn:
+            if isinstance(b, Bar) and (b.finish - b.start) / end * 12 * 72 > 5.5 * len(b.task):  # 6 pt text fits
                 ax.text((b.start + b.finish) / 2, row[b.device], b.task, ha="center", va="center", fontsize=6,
                         clip_on=True, zorder=4)
-        for tr in transfers:
-            sign = 1 if row[tr.dst] > row[tr.src] else -1
-            ax.plot([tr.start, tr.finish], [row[tr.src] + 0.3 * sign, row[tr.dst] - 0.3 * sign], color=TRANSFER,
-                    linewidth=0.6, alpha=0.7)
+        shown = [tr for tr in transfers if tr.finish - tr.start >= end / PLOT_PIXELS] \
+            if len(transfers) > MAX_TRANSFER_LINES else transfers
+        if shown:
+            from matplotlib.collections import LineCollection
+            ax.add_collection(LineCollection(
+                [[(tr.start, row[tr.src] + 0.3 * (1 if row[tr.dst] > row[tr.src] else -1)),
+                  (tr.finish, row[tr.dst] - 0.3 * (1 if row[tr.dst] > row[tr.src] else -1))] for tr in shown],
+                colors=TRANSFER, linewidths=0.6, alpha=0.7))
         from matplotlib.patches import Patch
         from matplotlib.lines import Line2D
         named = list(colours.items())
@@ -270,6 +345,10 @@ def _matplotlib_bytes(plan: Plan, problem: Problem, fmt: str) -> bytes:
             handles.append(Patch(color="white", label=f"... {len(named) - LEGEND_MAX} more {by}s"))
         handles += [Patch(facecolor="white", edgecolor="black", linewidth=1.2, label="critical path"),
                     Line2D([], [], color=TRANSFER, label="transfer")]
+        if any(isinstance(b, Summary) for b in drawn):
+            handles.append(Patch(color=SUMMARY, label="bars under a pixel, merged"))
+        if len(shown) < len(transfers):
+            handles.append(Line2D([], [], color="white", label=f"{len(transfers) - len(shown)} short transfers not drawn"))
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
                   title=f"colour: {by}" if by else None, title_fontsize=7)
         ax.set_xlabel(f"time ({plan.time_unit})")
@@ -301,7 +380,7 @@ def html_page(plan: Plan, problem: Problem) -> str:
         data = {"kind": "timeline", "devices": devices, "colour_by": by, "legend": colours,
                 "bars": [{"device": b.device, "task": b.task, "start": b.start, "finish": b.finish,
                           "batch": b.batch, "critical": b.critical, "part": b.part + 1, "module": b.module,
-                          "colour": colours[colour_key(b, by)]} for b in bars],
+                          "colour": colours[colour_key(b, by)]} for b in sorted(bars, key=lambda b: b.start)],
                 "transfers": [tr.__dict__ for tr in transfers], "objective": plan.objective}
     summary = plan.summary()
     rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_cell(v))}</td></tr>"
@@ -323,7 +402,7 @@ label{margin-right:1em;font-size:13px}td{white-space:pre-wrap}
 </style></head><body>
 <h2>__TITLE__</h2>
 <div><label><input type="checkbox" id="showTransfers" checked> transfers</label>
-<label>zoom <input type="range" id="zoom" min="1" max="20" value="1"></label></div>
+<label>zoom <input type="range" id="zoom" min="1" max="20" value="1"></label><span id="hidden"></span></div>
 <div id="legend"></div><div id="chart"></div><div id="tip"></div>
 <table>__ROWS__</table>
 <script>
@@ -348,12 +427,27 @@ function draw(){
       if (l > c) parts.push(`<rect class="comm" x="${x(c)}" y="${row[d]*rowH+8}" width="${x(l)-x(c)}" height="20" data-tip="${esc(d)} transfers: ${(l-c).toPrecision(4)} ${unit}"/>`); });
     parts.push(`<line x1="${x(data.objective)}" x2="${x(data.objective)}" y1="0" y2="${H-30}" stroke="#d62728" stroke-dasharray="4"/>`);
   } else {
-    data.bars.forEach(b => { const x0 = x(b.start), w = Math.max(x(b.finish)-x0, 0.5), y = row[b.device]*rowH+8;
+    // a bar under a pixel joins its neighbours on the device that are too into one grey summary bar, so a
+    // plan of 50,000 tasks draws a few thousand shapes; zoom in to see them apart
+    const px = end / (W - left - 10), open = {};
+    const flush = d => { const r = open[d]; if (!r) return; delete open[d];
+      if (r.bars.length === 1) return bar(r.bars[0]);
+      const x0 = x(r.start), y = row[d]*rowH+8, busy = r.bars.reduce((a, b) => a + b.finish - b.start, 0);
+      parts.push(`<rect class="summary${r.bars.some(b => b.critical) ? ' critical' : ''}" style="fill:#9e9e9e" x="${x0}" y="${y}" width="${Math.max(x(r.finish)-x0, 0.5)}" height="20" data-tip="${r.bars.length} tasks on ${esc(d)} (${esc(r.bars[0].task)} to ${esc(r.bars[r.bars.length-1].task)}): ${r.start.toPrecision(5)} to ${r.finish.toPrecision(5)} ${unit}, busy ${busy.toPrecision(4)} ${unit}; zoom in to see them"/>`); };
+    const bar = b => { const x0 = x(b.start), w = Math.max(x(b.finish)-x0, 0.5), y = row[b.device]*rowH+8;
       const tipText = `${esc(b.task)} on ${esc(b.device)}${b.module ? ' ('+esc(b.module)+')' : ''}: ${b.start.toPrecision(5)} to ${b.finish.toPrecision(5)} ${unit}, batch ${b.batch}${b.part > 1 || data.colour_by === 'sub-batch' ? ', part '+b.part : ''}${b.critical ? ', critical path' : ''}`;
       parts.push(`<rect class="task${b.critical ? ' critical' : ''}" style="fill:${b.colour}" x="${x0}" y="${y}" width="${w}" height="20" data-tip="${tipText}"/>`);
-      if (w > 6.5 * String(b.task).length + 4) parts.push(`<text x="${x0 + w/2}" y="${y+14}" font-size="11" text-anchor="middle" pointer-events="none">${esc(b.task)}</text>`); });
-    if (showT) data.transfers.forEach(t => { const down = row[t.dst] > row[t.src];
+      if (w > 6.5 * String(b.task).length + 4) parts.push(`<text x="${x0 + w/2}" y="${y+14}" font-size="11" text-anchor="middle" pointer-events="none">${esc(b.task)}</text>`); };
+    data.bars.forEach(b => { const narrow = b.finish - b.start < px, r = open[b.device];
+      if (narrow && r && b.start - r.finish < px) { r.bars.push(b); r.finish = Math.max(r.finish, b.finish); return; }
+      flush(b.device);
+      if (narrow) open[b.device] = {start: b.start, finish: b.finish, bars: [b]}; else bar(b); });
+    Object.keys(open).forEach(flush);
+    let shown = data.transfers, hidden = 0;
+    if (shown.length > 2000) { shown = shown.filter(t => t.finish - t.start >= px); hidden = data.transfers.length - shown.length; }
+    if (showT) shown.forEach(t => { const down = row[t.dst] > row[t.src];
       parts.push(`<line class="transfer" x1="${x(t.start)}" y1="${row[t.src]*rowH+(down ? 28 : 8)}" x2="${x(t.finish)}" y2="${row[t.dst]*rowH+(down ? 8 : 28)}"><title>${esc(t.task)}: ${esc(t.src)} to ${esc(t.dst)}</title></line>`); });
+    document.getElementById('hidden').textContent = hidden ? `${hidden} transfers under a pixel not drawn at this zoom` : '';
   }
   for (let k = 0; k <= 10; k++) { const t = end * k / 10;
     parts.push(`<text x="${x(t)}" y="${H-8}" font-size="10" text-anchor="middle">${t.toPrecision(3)}</text>`); }
@@ -368,7 +462,8 @@ if (data.kind === 'timeline') document.getElementById('legend').innerHTML =
   (data.colour_by ? `<span>colour: ${esc(data.colour_by)}</span>` : '') +
   Object.entries(data.legend).slice(0, 12).map(([k, c]) => `<span><i style="background:${esc(c)}"></i>${esc(k)}</span>`).join('') +
   (Object.keys(data.legend).length > 12 ? `<span>... ${Object.keys(data.legend).length - 12} more</span>` : '') +
-  '<span><i style="background:#fff;border:1.5px solid #000"></i>critical path</span><span><i style="background:#f58518"></i>transfer</span>';
+  '<span><i style="background:#fff;border:1.5px solid #000"></i>critical path</span><span><i style="background:#f58518"></i>transfer</span>' +
+  '<span><i style="background:#9e9e9e"></i>tasks under a pixel, merged (zoom in)</span>';
 draw();
 </script></body></html>
 """
