@@ -12,6 +12,9 @@ from ..simulate import Parts, call_latency, parts_from_placement, pipeline_loads
 from ..validate import check
 
 
+VALIDATE_S_PER_TASK = 2e-5  # the validator's time per task (50,000 tasks: about 1 s), kept out of the bound's
+
+
 class Stopwatch:
     def __init__(self, limit: float):
         self.t0 = time.perf_counter()
@@ -58,7 +61,8 @@ def make_plan(problem: Problem, parts: Parts | None = None, *, placement: Mappin
     if bound is not None and bound >= value:
         best_bound = bound  # proven optimal: the generic bounds cannot add anything
     else:
-        generic = lower_bound(problem, watch.left)  # what is left of the limit (nothing: the cheap bounds)
+        # what is left of the limit, less the validation after it (nothing left: the cheap bounds)
+        generic = lower_bound(problem, max(0.0, watch.left - VALIDATE_S_PER_TASK * len(problem.graph)))
         best_bound = generic if bound is None else max(bound, generic)
     plan = Plan(problem.objective.kind, assignments, value, min(best_bound, value), status, solver,
                 watch.elapsed, problem.graph.time_unit, problem.batch_size, tuple(notes), dict(stats or {}))

@@ -9,8 +9,8 @@ exact solver also runs HEFT on a batch split into sub-batches (see :mod:`.jobs`)
 from __future__ import annotations
 
 import bisect
+import math
 from itertools import permutations
-from statistics import fmean
 
 from ..errors import InfeasibleError
 from ..problem import Problem
@@ -24,9 +24,10 @@ def upward_ranks(jobs: JobGraph) -> dict[JobKey, float]:
     devices = jobs.problem.platform.devices
     pairs = list(permutations([d.name for d in devices], 2))
     rank: dict[JobKey, float] = {}
-    for j in reversed(jobs.jobs):
-        mean_time = fmean(jobs.duration(j, d) for d in jobs.devices(j))
-        mean_comm = fmean(jobs.transfer(j, a, c) for a, c in pairs) if pairs else 0.0
+    for j in reversed(jobs.jobs):  # fsum / n is statistics.fmean's value, without its per-item overhead
+        times = [jobs.duration(j, d) for d in jobs.devices(j)]
+        mean_time = math.fsum(times) / len(times)
+        mean_comm = math.fsum([jobs.transfer(j, a, c) for a, c in pairs]) / len(pairs) if pairs else 0.0
         rank[j] = mean_time + max((mean_comm + rank[s] for s in jobs.succs(j)), default=0.0)
     return rank
 
