@@ -2,8 +2,9 @@
 
 - critical path: every task on its fastest allowed device, transfers free;
 - work / capacity: the LP relaxation of the assignment (fractional tasks, per-device load <= T, memory),
-  solved with HiGHS through scipy. Co-location groups are contracted into one item first.
-The bound of a problem is the larger of the two.
+  solved with HiGHS through scipy. Co-location groups are contracted into one item first;
+- path-work: an LP that couples the two (a path's tasks on a device also load it).
+The bound of a problem is the largest; a plan says which in ``bound_source``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 
 from .problem import Problem
+
+# what proved a plan's bound (Plan.bound_source): these three here, and the solvers' own
+CRITICAL_PATH = "critical path"
+WORK_LP = "work LP"
+PATH_WORK_LP = "path-work LP"
 
 
 def _unit_costs(problem: Problem) -> dict[str, dict[str, float]]:
@@ -241,7 +247,8 @@ def _limit(time_limit: float | None) -> dict:
 
 
 def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
-    """The best of the bounds above, computed once per problem: every plan a solver makes asks for it.
+    """The best of the bounds above, computed once per problem: every plan a solver makes asks for it
+    (:func:`lower_bound_source` names the one that gave it).
 
     The two LPs share ``time_limit`` seconds (None: no limit); one that does not finish in its share is
     dropped, never waited on (on 20,000 tasks the coupled LP alone ran for minutes). (Problems are
@@ -250,12 +257,21 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
     if "lower_bound" not in memo:
         start = perf_counter()
         left = (lambda: None) if time_limit is None else (lambda: time_limit - (perf_counter() - start))
-        bound = max(critical_path_bound(problem), work_bound(problem, left()))
-        memo["lower_bound"] = max(bound, path_work_bound(problem, left()))
+        found = {CRITICAL_PATH: critical_path_bound(problem)}
+        found[WORK_LP] = work_bound(problem, left())
+        found[PATH_WORK_LP] = path_work_bound(problem, left())
+        source = max(found, key=found.get)  # on a tie the cheaper one, listed first
+        memo["lower_bound"], memo["lower_bound_source"] = found[source], source
     return memo["lower_bound"]
 
 
-def share_lower_bound(problem: Problem, value: float) -> None:
+def lower_bound_source(problem: Problem) -> str:
+    """Which bound :func:`lower_bound` took for ``problem`` ("" before it was computed)."""
+    return problem.__dict__.get("lower_bound_source", "")
+
+
+def share_lower_bound(problem: Problem, value: float, source: str = "") -> None:
     """Record :func:`lower_bound` of ``problem`` computed elsewhere (in another process, on a copy of it), so
     that it is not computed again here."""
-    problem.__dict__.setdefault("lower_bound", value)
+    if "lower_bound" not in problem.__dict__:
+        problem.__dict__["lower_bound"], problem.__dict__["lower_bound_source"] = value, source

@@ -395,7 +395,8 @@ def _print_human(command: str, out: dict) -> None:
         print(f"{label} {out['objective']:.6g} {out['time_unit']}")
         return
     unit = out["time_unit"]
-    print(f"{out['objective_kind']} {out['objective']:.6g} {unit}  bound {out['bound']:.6g}  gap "
+    source = f" ({out['bound_source']})" if out.get("bound_source") else ""
+    print(f"{out['objective_kind']} {out['objective']:.6g} {unit}  bound {out['bound']:.6g}{source}  gap "
           f"{format_gap(out['gap'])}  status {out['status']}  solver {out['solver']}  "
           f"({out['solve_time_s']:.2f} s)")
     if "throughput" in out:

@@ -51,6 +51,7 @@ class Plan:
     batch_size: int = 1
     notes: tuple[str, ...] = ()
     stats: Mapping[str, float] = field(default_factory=dict)
+    bound_source: str = ""  # what proved the bound (see BOUND_SOURCES); "" where it is not known
 
     @property
     def gap(self) -> float:
@@ -93,7 +94,8 @@ class Plan:
         return order
 
     def summary(self) -> dict:
-        return {"objective": self.objective, "bound": self.bound, "gap": self.gap, "status": self.status,
+        return {"objective": self.objective, "bound": self.bound, "bound_source": self.bound_source,
+                "gap": self.gap, "status": self.status,
                 "solver": self.solver, "solve_time_s": self.solve_time_s, "objective_kind": self.objective_kind,
                 "time_unit": self.time_unit, "batch_size": self.batch_size,
                 "devices_used": sorted({a.device for a in self.assignments}), "notes": list(self.notes),
@@ -116,7 +118,8 @@ class Plan:
                 objective=float(d["objective"]), bound=float(d["bound"]), status=str(d["status"]),
                 solver=str(d["solver"]), solve_time_s=float(d.get("solve_time_s", 0.0)),
                 time_unit=str(d.get("time_unit", "s")), batch_size=int(d.get("batch_size", 1)),
-                notes=tuple(d.get("notes", ())), stats=dict(d.get("stats", {})))
+                notes=tuple(d.get("notes", ())), stats=dict(d.get("stats", {})),
+                bound_source=str(d.get("bound_source", "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"malformed plan ({exc.__class__.__name__}: {exc})") from None
 

@@ -280,7 +280,8 @@ def save(plan: Plan, problem: Problem, path: str | Path) -> None:
 def _title(plan: Plan, problem: Problem) -> str:
     unit = plan.time_unit
     return (f"{problem.graph.name} on {problem.platform.name}: {plan.objective_kind} {plan.objective:.4g} {unit} "
-            f"({plan.solver}, {plan.status}, gap {format_gap(plan.gap)})")
+            f"({plan.solver}, {plan.status}, gap {format_gap(plan.gap)}"
+            + (f" to the {plan.bound_source} bound)" if plan.bound_source else ")"))
 
 
 def _matplotlib_bytes(plan: Plan, problem: Problem, fmt: str) -> bytes:

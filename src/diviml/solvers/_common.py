@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Mapping, Sequence
 
-from ..bounds import lower_bound
+from ..bounds import lower_bound, lower_bound_source
 from ..plan import Assignment, Plan
 from ..problem import Problem
 from ..simulate import Parts, call_latency, parts_from_placement, pipeline_loads, schedule
@@ -13,6 +13,12 @@ from ..validate import check
 
 
 VALIDATE_S_PER_TASK = 2e-5  # the validator's time per task (50,000 tasks: about 1 s), kept out of the bound's
+
+
+def better_bound(*bounds: tuple[float | None, str]) -> tuple[float, str]:
+    """The largest of ``(value, source)`` pairs (None values skipped; on a tie the first)."""
+    known = [(v, s) for v, s in bounds if v is not None]
+    return max(known, key=lambda b: b[0]) if known else (0.0, "")
 
 
 class Stopwatch:
@@ -53,18 +59,20 @@ def evaluate(problem: Problem, parts: Parts, order: Mapping[str, Sequence[tuple[
 
 def make_plan(problem: Problem, parts: Parts | None = None, *, placement: Mapping[str, str] | None = None,
               order=None, solver: str, status: str, watch: Stopwatch, bound: float | None = None,
-              notes: Sequence[str] = (), stats: Mapping[str, float] | None = None) -> Plan:
-    """Simulate the decision, attach the best known bound, validate, and return the Plan."""
+              bound_source: str = "", notes: Sequence[str] = (), stats: Mapping[str, float] | None = None) -> Plan:
+    """Simulate the decision, attach the best known bound (the solver's own ``bound``, named by
+    ``bound_source``, or the generic one, whichever is larger), validate, and return the Plan."""
     if parts is None:
         parts = parts_from_placement(problem, placement)
     value, assignments = evaluate(problem, parts, order)
     if bound is not None and bound >= value:
-        best_bound = bound  # proven optimal: the generic bounds cannot add anything
+        best_bound, source = bound, bound_source  # proven optimal: the generic bounds cannot add anything
     else:
         # what is left of the limit, less the validation after it (nothing left: the cheap bounds)
         generic = lower_bound(problem, max(0.0, watch.left - VALIDATE_S_PER_TASK * len(problem.graph)))
-        best_bound = generic if bound is None else max(bound, generic)
+        best_bound, source = better_bound((bound, bound_source), (generic, lower_bound_source(problem)))
     plan = Plan(problem.objective.kind, assignments, value, min(best_bound, value), status, solver,
-                watch.elapsed, problem.graph.time_unit, problem.batch_size, tuple(notes), dict(stats or {}))
+                watch.elapsed, problem.graph.time_unit, problem.batch_size, tuple(notes), dict(stats or {}),
+                source)
     check(plan, problem)
     return plan

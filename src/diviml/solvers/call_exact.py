@@ -281,12 +281,12 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     if found:
         try:
             candidates.append(make_plan(problem, placement=model.placement(solver), solver=NAME, status=status,
-                                        watch=watch, bound=bound, stats=stats))
+                                        watch=watch, bound=bound, bound_source="CP-SAT", stats=stats))
         except DivimlError as exc:  # the simulator cut the calls differently (q > 1) and rejects them
             notes.append(f"the model's placement was not kept: {exc}")
     if start is not None:
         candidates.append(make_plan(problem, placement=start.placement, solver=NAME, status=status, watch=watch,
-                                    bound=bound, notes=notes + [f"kept the warm start ({start.solver})"],
+                                    bound=bound, bound_source="CP-SAT", notes=notes + [f"kept the warm start ({start.solver})"],
                                     stats=stats))
     if not candidates:
         raise InfeasibleError(f"no placement found within {time_limit:g} s: raise the time limit")

@@ -58,7 +58,8 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
         return solve_jobs(jobs, upper=upper, time_limit=budget, seed=seed, workers=workers, symmetry=symmetry,
                           resolution=resolution, hint=heft_hint(jobs, symmetry), progress=progress,
                           on_incumbent=on_incumbent)
-    return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry, progress=progress)
+    return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry, progress=progress,
+                        engine_bound="CP-SAT")
 
 
 LARGEST_PIECE_SHARE = 0.75  # decompose only where no piece holds more of the tasks than this

@@ -13,12 +13,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ..bounds import lower_bound
+from ..bounds import lower_bound, lower_bound_source
 from ..errors import InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
 from . import best_device, heft
-from ._common import Stopwatch
+from ._common import Stopwatch, better_bound
 from .jobs import JobGraph, batch_splits
 from .symmetry import CRITERIA, relabel
 
@@ -38,7 +38,9 @@ Engine = Callable[[JobGraph, float, float], Outcome]  # (jobs, upper bound on ma
 
 def baseline_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
     """The best of HEFT, the best single device and (batch objective) data parallelism with unequal shares,
-    or None when none fits the memory."""
+    or None when none fits the memory. The problem's lower bound is computed first, with a quarter of the time
+    left: each plan asks for it, and the first to ask would otherwise give its LPs all the time there is."""
+    lower_bound(problem, watch.left / 4)
     plans = []
     if problem.objective.kind == "batch" and best_device.candidates(problem):
         from . import data_parallel
@@ -100,9 +102,10 @@ def serial_upper_bound(problem: Problem) -> float:
 
 
 def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: float, symmetry: str,
-                 progress=None) -> Plan:
+                 progress=None, engine_bound: str = "model") -> Plan:
     """The engine on each batch split in turn (latency: the one split), from the best baseline's plan; the best
-    plan found. ``progress`` hears, on the run's own clock, each split as it starts and ends, and the result."""
+    plan found; ``engine_bound`` names the engine's own bound where it is the best (``bound_source``).
+    ``progress`` hears, on the run's own clock, each split as it starts and ends, and the result."""
     if symmetry not in CRITERIA:
         raise InputError(f"unknown symmetry criterion {symmetry!r}: choose {', '.join(CRITERIA)}")
     watch = Stopwatch(time_limit)
@@ -111,6 +114,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
     splits = promising_splits(problem)
     upper = baseline.objective if baseline else serial_upper_bound(problem)
     best, improved, bound = baseline, False, lower_bound(problem, watch.left / 4)
+    source = lower_bound_source(problem)
     statuses, notes = [], []
     stats = {"baseline_objective": baseline.objective, "baseline_solver": baseline.solver} if baseline else {}
     for i, sizes in enumerate(splits):
@@ -124,7 +128,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
             raise InfeasibleError("no plan satisfies the memory and co-location constraints: raise the memory "
                                   "limit or relax the groups")
         if latency:
-            bound = max(bound, out.bound)
+            bound, source = better_bound((bound, source), (out.bound, engine_bound))
         extra = dict(out.stats or {})
         if "note" in extra:
             notes.append(extra.pop("note"))
@@ -159,8 +163,9 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
             stats["speedup_vs_best_device"] = single[0].objective / best.objective
     if best.objective <= bound * (1 + 1e-9):
         status = "optimal"
-    bound = min(max(bound, best.bound), best.objective)
+    bound, source = better_bound((bound, source), (best.bound, best.bound_source))
+    bound = min(bound, best.objective)
     if progress:
-        progress(f"  {name}: best {best.objective:.6g}, bound {bound:.6g} at {watch.elapsed:.1f} s")
-    return replace(best, solver=name, status=status, bound=bound,
+        progress(f"  {name}: best {best.objective:.6g}, bound {bound:.6g} ({source}) at {watch.elapsed:.1f} s")
+    return replace(best, solver=name, status=status, bound=bound, bound_source=source,
                    solve_time_s=watch.elapsed, notes=tuple(notes), stats={**best.stats, **stats})

@@ -49,17 +49,18 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from ..bounds import lower_bound, share_lower_bound
+from ..bounds import lower_bound, lower_bound_source, share_lower_bound
 from ..errors import InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
 from . import cpsat, heft
-from ._common import Stopwatch
+from ._common import Stopwatch, better_bound
 from .jobs import JobGraph, JobKey
 from .modules import Chain, detect
 from .search import baseline_plan, promising_splits
 
 NAME = "split"
+MODULE_DP = "module DP"  # bound_source: the join's dynamic program over the modules' bounds, at series points
 MIN_BUDGET = 0.02  # seconds of work: below this a module solve keeps its first schedule
 SMALL_MODULE = 40  # jobs; CP-SAT without presolve and linearization up to this size (see cpsat.solve_jobs)
 
@@ -124,9 +125,11 @@ def _init_worker(problem: Problem) -> None:
     _PROBLEM = problem
 
 
-def _baselines(time_limit: float) -> tuple[Plan | None, float]:
-    """The baseline plan (:func:`.search.baseline_plan`) and the problem's lower bound, in a pool worker."""
-    return baseline_plan(_PROBLEM, Stopwatch(time_limit)), lower_bound(_PROBLEM, time_limit / 4)
+def _baselines(time_limit: float) -> tuple[Plan | None, float, str]:
+    """The baseline plan (:func:`.search.baseline_plan`) and the problem's lower bound with its source, in a
+    pool worker."""
+    plan = baseline_plan(_PROBLEM, Stopwatch(time_limit))  # the lower bound first, with a quarter of the time
+    return plan, lower_bound(_PROBLEM), lower_bound_source(_PROBLEM)
 
 
 class _Baseline:
@@ -147,8 +150,8 @@ class _Baseline:
     def result(self) -> Plan | None:
         """The baseline plan, once it is there; the problem's lower bound is then known here too."""
         if self.executor is not None:
-            self.plan, bound = self.future.result()
-            share_lower_bound(self.problem, bound)
+            self.plan, bound, source = self.future.result()
+            share_lower_bound(self.problem, bound, source)
             self.close()
         return self.plan
 
@@ -532,6 +535,7 @@ class _JoinResult:
     late: int = 0  # of those, by the deadlines of the jobs read later (see _late)
     guided: int = 0  # solves started from an earlier module's schedule
     twins: int = 0  # solves of modules without their constants, for the DP on bounds
+    out_of_time: tuple[int, int] | None = None  # (module it stopped before, modules) when the time ran out
 
 
 def _exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[str, ...] | None]:
@@ -554,6 +558,9 @@ def _join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: _Pool, w
     n = len(chain.modules)
     remaining = sum(len(m.tasks) for m in chain.modules)
     for i, module in enumerate(chain.modules):
+        if watch.expired:  # the rest would run on the pool's round trips alone (50,000 tasks: a minute more)
+            result.out_of_time = (i + 1, n)
+            return result
         requests = len(states) * len(_exit_options(problem, module.exit, len(sizes)))
         # this step's share of the time (in proportion to its size), spread over the solves run side by side
         share = watch.left * len(module.tasks) / remaining
@@ -756,7 +763,9 @@ def _plan_of(problem: Problem, sizes, res: _JoinResult, bounds: bool, watch: Sto
              notes: list) -> Plan | None:
     """The join's plan (memory repaired where it had to be), or None with a note saying why there is none."""
     if res.partial is None:
-        notes.append(f"the join found no plan for {len(sizes)} sub-batch(es) within the pins and memory")
+        notes.append("the join ran out of time before module {} of {} ".format(*res.out_of_time)
+                     + f"({len(sizes)} sub-batch(es)): no plan from it" if res.out_of_time is not None else
+                     f"the join found no plan for {len(sizes)} sub-batch(es) within the pins and memory")
         return None
     device_of = res.partial.device_of
     if res.repaired:
@@ -767,7 +776,7 @@ def _plan_of(problem: Problem, sizes, res: _JoinResult, bounds: bool, watch: Sto
             return None
     bound = res.lower if bounds and not res.repaired else None
     return heft.plan_from_jobs(JobGraph(problem, sizes), device_of, res.partial.start, solver=NAME,
-                               status="feasible", watch=watch, bound=bound)
+                               status="feasible", watch=watch, bound=bound, bound_source=MODULE_DP)
 
 
 def repair_memory(problem: Problem, device_of: dict[JobKey, str]) -> dict[JobKey, str]:
@@ -929,7 +938,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
         freed = " (solved again without their constants, which may run earlier)" if twins else ""
         notes.append("every cut is a series point: the bound is the join's dynamic program on the module bounds"
                      + freed)
-    bound = max(best.bound, min(chain_bound or 0.0, best.objective))
+    bound, source = better_bound((best.bound, best.bound_source), (min(chain_bound or 0.0, best.objective), MODULE_DP))
     walks = f" in {passes} passes" if passes > len(splits) else ""
     notes.insert(0, f"{len(chain.modules)} modules ({len(chain.series_points)} series points, "
                     f"{chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} tensors); "
@@ -950,5 +959,5 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     unfinished = heft_only or optimal < solves
     status = "optimal" if (proven and best.solver == NAME) or best.objective <= bound * (1 + 1e-9) else (
         "timeout" if (bounds and unfinished) or heft_only or watch.expired else "feasible")
-    return replace(best, solver=NAME, status=status, bound=bound, solve_time_s=watch.elapsed, notes=tuple(notes),
-                   stats={**best.stats, **stats})
+    return replace(best, solver=NAME, status=status, bound=bound, bound_source=source, solve_time_s=watch.elapsed,
+                   notes=tuple(notes), stats={**best.stats, **stats})
