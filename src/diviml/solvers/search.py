@@ -36,11 +36,16 @@ class Outcome:
 Engine = Callable[[JobGraph, float, float], Outcome]  # (jobs, upper bound on makespan, seconds) -> Outcome
 
 
-def baseline_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
+BASELINE_S_PER_TASK = 1e-4  # HEFT, its simulation and validation, per task (50,000 tasks: about 5 s)
+
+
+def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25) -> Plan | None:
     """The best of HEFT, the best single device and (batch objective) data parallelism with unequal shares,
-    or None when none fits the memory. The problem's lower bound is computed first, with a quarter of the time
-    left: each plan asks for it, and the first to ask would otherwise give its LPs all the time there is."""
-    lower_bound(problem, watch.left / 4)
+    or None when none fits the memory. The problem's lower bound is computed first, with ``bound_share`` of the
+    time left: each plan asks for it, and the first to ask would otherwise give its LPs all the time there is
+    (a caller running this beside other work, in a process of its own, can give it more: see
+    :func:`bound_share_beside`)."""
+    lower_bound(problem, watch.left * bound_share)
     plans = []
     if problem.objective.kind == "batch" and best_device.candidates(problem):
         from . import data_parallel
@@ -52,6 +57,14 @@ def baseline_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
     if best_device.candidates(problem):
         plans.append(best_device.solve(problem, time_limit=max(watch.left, 1e-3)))
     return min(plans, key=lambda p: p.objective, default=None)
+
+
+def bound_share_beside(problem: Problem, time_limit: float) -> float:
+    """The share of ``time_limit`` the lower bound may take in a process of its own beside the main solve: all
+    but what the baselines will need after it (:data:`BASELINE_S_PER_TASK`) and a second, at least a quarter."""
+    if time_limit <= 0:
+        return 0.25
+    return max(0.25, 1.0 - (BASELINE_S_PER_TASK * len(problem.graph) + 1.0) / time_limit)
 
 
 def heft_hint(jobs: JobGraph, symmetry: str):

@@ -57,7 +57,7 @@ from . import cpsat, heft
 from ._common import Stopwatch, better_bound
 from .jobs import JobGraph, JobKey
 from .modules import Chain, detect
-from .search import baseline_plan, promising_splits
+from .search import baseline_plan, bound_share_beside, promising_splits
 
 NAME = "split"
 MODULE_DP = "module DP"  # bound_source: the join's dynamic program over the modules' bounds, at series points
@@ -128,7 +128,8 @@ def _init_worker(problem: Problem) -> None:
 def _baselines(time_limit: float) -> tuple[Plan | None, float, str]:
     """The baseline plan (:func:`.search.baseline_plan`) and the problem's lower bound with its source, in a
     pool worker."""
-    plan = baseline_plan(_PROBLEM, Stopwatch(time_limit))  # the lower bound first, with a quarter of the time
+    # beside the join, in a process of its own, the lower bound's LPs may have most of the time
+    plan = baseline_plan(_PROBLEM, Stopwatch(time_limit), bound_share_beside(_PROBLEM, time_limit))
     return plan, lower_bound(_PROBLEM), lower_bound_source(_PROBLEM)
 
 
