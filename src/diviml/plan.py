@@ -50,7 +50,7 @@ class Plan:
     time_unit: str = "s"
     batch_size: int = 1
     notes: tuple[str, ...] = ()
-    stats: Mapping[str, float] = field(default_factory=dict)
+    stats: Mapping[str, float | str] = field(default_factory=dict)  # counters, and names such as a baseline's
     bound_source: str = ""  # what proved the bound (see BOUND_SOURCES); "" where it is not known
 
     @property

@@ -60,8 +60,6 @@ def brute_force(p: Problem, contiguous: bool) -> float:
     best = float("inf")
     for combo in product(devices, repeat=len(p.graph)):
         placement = dict(zip(p.graph.topological_order, combo))
-        if any(p.graph.by_id[t].memory_bytes > 0 for t in placement):
-            pass
         if contiguous and _contiguity_violations(p, placement):
             continue
         best = min(best, pipeline_loads(p, placement).objective)

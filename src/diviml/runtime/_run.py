@@ -101,7 +101,7 @@ class RunReport:
     repeats: int
     warmup: int
     piece_reports: tuple[PieceReport, ...] = ()
-    handoffs: tuple[Handoff, ...] = ()  # pieces that waited for another device: producer end -> their start
+    handoffs: tuple[Handoff, ...] = ()  # what crossing devices added before pieces: receives and sends
     notes: tuple[str, ...] = ()
     samples_s: tuple[float, ...] = field(default=(), repr=False)
 

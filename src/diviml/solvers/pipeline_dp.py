@@ -71,7 +71,7 @@ def enumerate_ideals(num: int, edges: set[tuple[int, int]], order: list[int], ma
                     if len(masks) > max_ideals:
                         raise BudgetExceeded(
                             f"the graph has more than {max_ideals} ideals (down-sets): the DP cannot run within "
-                            "budget; raise --max-ideals or use --solver ip")
+                            "its budget (max_ideals in the Python API); use --solver ip")
                 out.append((position[c], c, index[child]))
             out.sort()
             transitions.append(out)
@@ -170,7 +170,8 @@ def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideal
         if np.isfinite(dp[i]).any():
             pairs += walk_from(i, *graph_arrays, upper, dp, arg_prev, arg_class, *scratch)
         if pairs > max_pairs:
-            raise BudgetExceeded(f"the DP passed its budget of {max_pairs} ideal pairs: raise --max-pairs or use ip")
+            raise BudgetExceeded(f"the DP passed its budget of {max_pairs} ideal pairs (max_pairs in the Python API): "
+                                 "use --solver ip")
         if progress and i % 5000 == 4999:
             progress(f"  dp: {i + 1}/{len(masks)} ideals, {pairs} pairs at {watch.elapsed:.1f} s")
     value = dp[full, top]
