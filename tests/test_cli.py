@@ -195,3 +195,17 @@ def test_batch_progress_runs_on_the_runs_clock_and_ends_with_the_final_value():
 def test_version():
     r = run("--version")
     assert r.returncode == 0 and r.stdout.startswith("diviml ")
+
+
+def test_a_malformed_file_is_named_with_the_field_and_what_is_allowed(tmp_path):
+    graph = json.loads(open(EXAMPLE).read())
+    graph["tasks"][3]["memory_bytes"] = -5
+    (tmp_path / "g.json").write_text(json.dumps(graph))
+    (tmp_path / "p.yaml").write_text("devices:\n  - {name: g, type: a100, memory: -1, link: {bandwidth: 1e9}}\n"
+                                     "  - {name: c, type: cpu, host: true}\n")
+    for args, words in (([tmp_path / "g.json"], ["g.json:", "'t3'", "memory_bytes", ">= 0"]),
+                        ([EXAMPLE, "--platform", tmp_path / "p.yaml"],
+                         ["p.yaml:", "memory of g", "positive"])):
+        r = run("schedule", *args, "--quiet")
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert all(w in r.stderr for w in words), r.stderr

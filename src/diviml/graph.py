@@ -131,13 +131,15 @@ class TaskGraph:
             seen.add(t.id)
             if not t.time:
                 raise InputError(f"task {t.id!r} has no time on any device type: add a 'time' entry")
-            values = list(t.time.values()) + [v for tb in t.time_by_batch.values() for v in tb.values()]
-            values += [t.memory_bytes, t.output_bytes]
-            values += [v for v in (t.transfer_time, t.flops, t.bytes_accessed) if v is not None]
-            for v in values:
+            fields = [(f"time.{k}", v) for k, v in t.time.items()]
+            fields += [(f"time_by_batch.{k}", v) for k, tb in t.time_by_batch.items() for v in tb.values()]
+            fields += [("memory_bytes", t.memory_bytes), ("output_bytes", t.output_bytes)]
+            fields += [(name, v) for name, v in (("transfer_time", t.transfer_time), ("flops", t.flops),
+                                                 ("bytes_accessed", t.bytes_accessed)) if v is not None]
+            for name, v in fields:
                 if not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or math.isinf(v):
-                    raise InputError(f"task {t.id!r} has a negative, infinite or NaN cost ({v!r}): "
-                                     "costs must be finite numbers >= 0")
+                    raise InputError(f"task {t.id!r}: {name} is {v!r}, a negative, infinite or NaN value: "
+                                     "it must be a finite number >= 0")
             if t.allowed_types is not None and not any(t.can_run_on(d) for d in t.time):
                 raise InputError(f"task {t.id!r} may run on {sorted(t.allowed_types)} but has times only "
                                  f"for {sorted(t.time)}: give it a time on an allowed device type")

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, in_file
 from .frontends import neurips2020
 from .frontends.derive import complete_for
 from .graph import TaskGraph, read_json, write_text_atomic
@@ -83,14 +83,16 @@ def load_input(path: str | Path, *, accelerators: int | None = None, cpus: int |
                              "the models")
     data = read_json(path)
     if neurips2020.is_scenario(data):
-        graph = neurips2020.graph_from_scenario(data, Path(path).stem)
-        platform = neurips2020.platform_from_scenario(data, accelerators=accelerators, cpus=cpus, memory=memory)
+        with in_file(path):
+            graph = neurips2020.graph_from_scenario(data, Path(path).stem)
+            platform = neurips2020.platform_from_scenario(data, accelerators=accelerators, cpus=cpus, memory=memory)
         return Input(graph, platform, "neurips2020")
     if isinstance(data, dict) and ("tasks" in data or "schema" in data):
         if any(x is not None for x in (accelerators, cpus, memory)):
             raise InputError("--accelerators/--cpus/--memory apply to NeurIPS 2020 scenarios only; "
                              "give a --platform file for a diviml graph")
-        return Input(TaskGraph.from_dict(data), None, "diviml")
+        with in_file(path):
+            return Input(TaskGraph.from_dict(data), None, "diviml")
     raise InputError(f"{path}: neither a diviml graph (with 'tasks' and 'edges') nor a NeurIPS 2020 scenario "
                      "(with 'maxFPGAs' and 'nodes')")
 

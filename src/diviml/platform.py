@@ -26,7 +26,7 @@ from typing import Mapping
 import yaml
 
 from .catalogue import CATALOGUE, GPU_LAUNCH, DeviceSpec
-from .errors import InputError
+from .errors import InputError, in_file
 from .graph import Task, _num as _json_num, whole_number
 
 
@@ -228,7 +228,8 @@ class Platform:
             raise InputError(f"{path}: cannot parse the platform file ({str(exc).splitlines()[0]})") from None
         except RecursionError:
             raise InputError(f"{path}: nested too deeply to be a platform") from None
-        return Platform.from_dict(data, origin=str(path))
+        with in_file(path):
+            return Platform.from_dict(data, origin=str(path))
 
 
 def _num(v) -> float:
