@@ -18,10 +18,16 @@ from scipy.sparse import csr_matrix
 
 from .problem import Problem
 
-# what proved a plan's bound (Plan.bound_source): these three here, and the solvers' own
+# what proved a plan's bound (Plan.bound_source): the three bounds here, and the solvers' own
 CRITICAL_PATH = "critical path"
 WORK_LP = "work LP"
 PATH_WORK_LP = "path-work LP"
+CP_SAT = "CP-SAT"  # exact and call-exact: the model's proven bound
+MILP = "MILP"  # milp: the MILP's dual bound
+MODULE_DP = "module DP"  # split and exact by pieces: the join's dynamic program over the modules' bounds
+IP = "IP"  # the pipeline IP's dual bound
+EXACT_DP = "DP (exact)"  # the pipeline DP's contiguous optimum
+BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, PATH_WORK_LP, CP_SAT, MILP, MODULE_DP, IP, EXACT_DP)
 
 
 def _unit_costs(problem: Problem) -> dict[str, dict[str, float]]:

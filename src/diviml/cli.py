@@ -290,7 +290,8 @@ def cmd_run(args) -> dict:
             outputs.append((args.trace, json.dumps(measured.chrome_trace(report))))
         for path in (args.gantt or []):
             outputs.append((path, measured.render_gantt(report, path)))
-        calibrated = calibrated_graph(report, plan, problem) if problem is not None else None
+        wanted = args.calibrate_out or args.calibrate_platform_out
+        calibrated = calibrated_graph(report, plan, problem) if wanted and problem is not None else None
         if args.calibrate_out:
             outputs.append((args.calibrate_out, json.dumps(calibrated.to_dict(), indent=1)))
         if args.calibrate_platform_out:

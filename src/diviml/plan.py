@@ -51,7 +51,7 @@ class Plan:
     batch_size: int = 1
     notes: tuple[str, ...] = ()
     stats: Mapping[str, float | str] = field(default_factory=dict)  # counters, and names such as a baseline's
-    bound_source: str = ""  # what proved the bound (see BOUND_SOURCES); "" where it is not known
+    bound_source: str = ""  # what proved the bound (one of bounds.BOUND_SOURCES); "" where it is not known
 
     @property
     def gap(self) -> float:

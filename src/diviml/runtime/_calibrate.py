@@ -118,12 +118,11 @@ def fitted_links(handoffs, platform: Platform) -> dict[frozenset, tuple[Link, in
         sends = [h.seconds for h in both if h.kind == "send"]
         sizes = [h.bytes for h in hs]
         link = None
-        if len(hs) >= 4 and max(sizes) - min(sizes) >= FIT_SPAN_BYTES and max(sizes) >= FIT_SPAN_FACTOR * max(1, min(sizes)):
-            mx, my = statistics.fmean(sizes), statistics.fmean(h.seconds for h in hs)
-            sxx = sum((x - mx) ** 2 for x in sizes)
-            slope = sum((x - mx) * (h.seconds - my) for x, h in zip(sizes, hs)) / sxx
+        spread = len(hs) >= 4 and max(sizes) - min(sizes) >= FIT_SPAN_BYTES
+        if spread and max(sizes) >= FIT_SPAN_FACTOR * max(1, min(sizes)):
+            slope, intercept = statistics.linear_regression(sizes, [h.seconds for h in hs])
             if slope > 0:
-                link = Link(bandwidth=1.0 / slope, latency=max(0.0, my - slope * mx))
+                link = Link(bandwidth=1.0 / slope, latency=max(0.0, intercept))
         if link is None:
             bandwidth = _bandwidth(platform, *sorted(pair))
             latency = statistics.median(h.seconds - h.bytes / bandwidth for h in hs) if hs else 0.0

@@ -44,7 +44,6 @@ class Executor:
         # device is found in ``values`` by the piece after it
         self.awaited = {v for d, ps in program.pieces.items() for p in ps for v in p.inputs
                         if program.producer.get(v, d) != d}
-        self._calls = {(d, p.index): p.module.forward for d, ps in program.pieces.items() for p in ps}
         self._frees = _frees(program, self.awaited)
         # state (parameters, buffers, constants) placed once on every device that reads it; user inputs on the
         # device the plan gives their task
@@ -139,12 +138,12 @@ class Executor:
         torch = self.torch
         target = self.torch_device[device]
         key = str(target)
-        values, ready, comm, calls, clock, t0 = self.values, self.ready, self.comm, self._calls, time.perf_counter, self.t0
-        timings = self.timings
+        values, ready, comm, timings = self.values, self.ready, self.comm, self.timings
+        clock, t0 = time.perf_counter, self.t0
         try:
             with torch.no_grad():
                 for piece in self.program.pieces[device]:
-                    call = calls[device, piece.index]
+                    call = piece.module.forward  # not nn.Module.__call__: no hooks to run
                     if stream is not None:
                         with torch.cuda.stream(stream):  # copies in and the piece on one stream
                             args = [self._value(v, target) for v in piece.inputs]
@@ -205,12 +204,11 @@ class Executor:
 def _frees(program, awaited: set[str]) -> dict[tuple[str, int], tuple[str, ...]]:
     """Per piece, the values to drop once it has run: those made and read on its device alone, not results,
     whose last reader it is; so a request holds what the unsplit module would, not every value it made."""
-    made_on = {v: d for d, ps in program.pieces.items() for p in ps for v in p.outputs}
     last: dict[str, tuple[str, int]] = {}
     for d, ps in program.pieces.items():
         for p in ps:
             for v in p.inputs:
-                if made_on.get(v) == d and v not in awaited:
+                if program.producer.get(v) == d and v not in awaited:
                     last[v] = (d, p.index)
     keep = set(program.results)
     out: dict[tuple[str, int], list[str]] = {}

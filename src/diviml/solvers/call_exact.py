@@ -31,6 +31,7 @@ from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
+from ..bounds import CP_SAT
 from ..errors import DivimlError, InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
@@ -281,13 +282,13 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     if found:
         try:
             candidates.append(make_plan(problem, placement=model.placement(solver), solver=NAME, status=status,
-                                        watch=watch, bound=bound, bound_source="CP-SAT", stats=stats))
+                                        watch=watch, bound=bound, bound_source=CP_SAT, stats=stats))
         except DivimlError as exc:  # the simulator cut the calls differently (q > 1) and rejects them
             notes.append(f"the model's placement was not kept: {exc}")
     if start is not None:
         candidates.append(make_plan(problem, placement=start.placement, solver=NAME, status=status, watch=watch,
-                                    bound=bound, bound_source="CP-SAT", notes=notes + [f"kept the warm start ({start.solver})"],
-                                    stats=stats))
+                                    bound=bound, bound_source=CP_SAT,
+                                    notes=notes + [f"kept the warm start ({start.solver})"], stats=stats))
     if not candidates:
         raise InfeasibleError(f"no placement found within {time_limit:g} s: raise the time limit")
     return min(candidates, key=lambda p: p.objective)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..bounds import CP_SAT
 from ..errors import InputError
 from ..plan import Plan
 from ..problem import Problem
@@ -59,7 +60,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
                           resolution=resolution, hint=heft_hint(jobs, symmetry), progress=progress,
                           on_incumbent=on_incumbent)
     return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry, progress=progress,
-                        engine_bound="CP-SAT")
+                        engine_bound=CP_SAT)
 
 
 LARGEST_PIECE_SHARE = 0.75  # decompose only where no piece holds more of the tasks than this

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import networkx as nx
 
+from ..bounds import MILP
 from ..plan import Plan
 from ..problem import Problem
 from .jobs import JobGraph
@@ -149,4 +150,4 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
         return solve_jobs(jobs, upper=upper, time_limit=budget, seed=seed, engine=engine, symmetry=symmetry,
                           threads=threads)
     return exact_search(problem, NAME, run, time_limit=time_limit, symmetry=symmetry, progress=progress,
-                        engine_bound="MILP")
+                        engine_bound=MILP)

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ..bounds import lower_bound
+from ..bounds import EXACT_DP, lower_bound
 from ..errors import InputError
 from ..plan import Plan
 from ..problem import Problem
@@ -104,7 +104,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, max_idea
                          watch=watch, notes=[f"{exc}; this is the greedy contiguous plan"])
     contiguous = problem.objective.contiguous
     return make_plan(problem, placement=placement, solver=NAME, status="optimal" if contiguous else "feasible",
-                     watch=watch, bound=value if contiguous else None, bound_source="DP (exact)",
+                     watch=watch, bound=value if contiguous else None, bound_source=EXACT_DP,
                      notes=[] if contiguous else ["optimal among contiguous splits; non-contiguous ones may be better"],
                      stats=stats)
 

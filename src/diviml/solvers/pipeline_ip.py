@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from ..bounds import IP
 from ..errors import DivimlError
 from ..plan import Plan
 from ..problem import Problem
@@ -193,11 +194,12 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
         placement = {t: device_of_class[c] for t, c in contracted.class_of.items()}
         status = "optimal" if result.status == "optimal" else "timeout"
         candidates.append(make_plan(problem, placement=placement, solver=NAME, status=status, watch=watch,
-                                    bound=bound, bound_source="IP", notes=notes, stats=stats))
+                                    bound=bound, bound_source=IP, notes=notes, stats=stats))
     if start is not None:
         candidates.append(make_plan(problem, placement=start.placement, solver=NAME,
                                     status="optimal" if result.status == "optimal" else "timeout", watch=watch,
-                                    bound=bound, bound_source="IP", notes=notes + [f"kept the warm start ({start.solver})"], stats=stats))
+                                    bound=bound, bound_source=IP,
+                                    notes=notes + [f"kept the warm start ({start.solver})"], stats=stats))
     if not candidates:
         from ..errors import InfeasibleError
         raise InfeasibleError(f"the IP found no split within {time_limit:g} s: raise the time limit")

@@ -49,7 +49,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from ..bounds import lower_bound, lower_bound_source, share_lower_bound
+from ..bounds import MODULE_DP, lower_bound, lower_bound_source, share_lower_bound
 from ..errors import InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
@@ -60,7 +60,6 @@ from .modules import Chain, detect
 from .search import baseline_plan, bound_share_beside, promising_splits
 
 NAME = "split"
-MODULE_DP = "module DP"  # bound_source: the join's dynamic program over the modules' bounds, at series points
 MIN_BUDGET = 0.02  # seconds of work: below this a module solve keeps its first schedule
 SMALL_MODULE = 40  # jobs; CP-SAT without presolve and linearization up to this size (see cpsat.solve_jobs)
 
@@ -764,9 +763,12 @@ def _plan_of(problem: Problem, sizes, res: _JoinResult, bounds: bool, watch: Sto
              notes: list) -> Plan | None:
     """The join's plan (memory repaired where it had to be), or None with a note saying why there is none."""
     if res.partial is None:
-        notes.append("the join ran out of time before module {} of {} ".format(*res.out_of_time)
-                     + f"({len(sizes)} sub-batch(es)): no plan from it" if res.out_of_time is not None else
-                     f"the join found no plan for {len(sizes)} sub-batch(es) within the pins and memory")
+        if res.out_of_time is not None:
+            stopped, modules = res.out_of_time
+            notes.append(f"the join ran out of time before module {stopped} of {modules} ({len(sizes)} "
+                         "sub-batch(es)): no plan from it")
+        else:
+            notes.append(f"the join found no plan for {len(sizes)} sub-batch(es) within the pins and memory")
         return None
     device_of = res.partial.device_of
     if res.repaired:
