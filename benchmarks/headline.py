@@ -33,7 +33,7 @@ from diviml import catalogue
 from diviml.frontends import pytorch
 from diviml.frontends.host import HOST_TYPE
 from diviml.validate import validate
-from diviml.zoo import get
+from diviml.frontends.zoo import get
 
 OUT = Path(__file__).parent / "results" / "headline.md"
 MODELS = ("resnet50", "googlenet", "inception_v3", "densenet121", "mobilenet_v3_large", "efficientnet_b0",

@@ -76,7 +76,7 @@ WARM = """
 import sys, time
 import diviml
 from diviml import Objective
-from diviml.solvers import pipeline_dp
+from diviml.solvers.pipeline import dp as pipeline_dp
 problem = diviml.load_problem(sys.argv[1], objective=Objective("pipeline", contiguous=True))
 times = []
 for _ in range(2):

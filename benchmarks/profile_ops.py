@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from diviml import zoo
+from diviml.frontends import zoo
 from diviml.catalogue import CATALOGUE
 from diviml.frontends.pytorch import MIN_TIMING_S, WARMUP_S_CUDA, calibrate, capture, measured_device_type, profile_zoo
 

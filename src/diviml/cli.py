@@ -20,7 +20,8 @@ from .errors import DivimlError, InputError
 from .graph import write_files_atomic
 from .frontends import neurips2020
 from .frontends.pytorch import MIN_TIMING_S
-from .io import DEFAULT_PLATFORM, load_problem
+from .frontends.models import model_graph, names_a_model
+from .io import DEFAULT_PLATFORM, Input, load_input, problem_of
 from .plan import Plan, format_gap
 from .platform import preset, preset_names
 from .problem import OBJECTIVES, Objective, Problem
@@ -64,10 +65,12 @@ def _problem(args, objective_kind: str | None = None) -> Problem:
     args.derived = []
     kind = objective_kind or args.objective
     objective = Objective(kind, args.batch, args.training, args.contiguous, args.calls)
-    problem = load_problem(args.input, platform=args.platform, objective=objective, accelerators=args.accelerators,
-                           cpus=args.cpus, memory=args.memory,
-                           say=args.derived.append, refresh=getattr(args, "refresh", False),
-                           progress=None if getattr(args, "quiet", True) else _progress)
+    if names_a_model(args.input):
+        inp = Input(model_graph(args.input, refresh=getattr(args, "refresh", False),
+                                progress=None if getattr(args, "quiet", True) else _progress), None, "model")
+    else:
+        inp = load_input(args.input, accelerators=args.accelerators, cpus=args.cpus, memory=args.memory)
+    problem = problem_of(inp, platform=args.platform, objective=objective, say=args.derived.append)
     if not getattr(args, "quiet", True):
         for line in args.derived:
             _progress(line)
@@ -275,7 +278,6 @@ def cmd_run(args) -> dict:
     source = model_source(args.model)
     problem = None
     if args.graph:
-        from .io import load_input
         graph = load_input(args.graph).graph
         objective = Objective(plan.objective_kind if plan.objective_kind in ("latency", "batch") else "latency",
                               plan.batch_size if plan.objective_kind == "batch" else None)
@@ -321,7 +323,7 @@ def _without_option(argv: list[str], option: str) -> list[str]:
 
 
 def cmd_models(args) -> dict:
-    from .zoo import MODELS
+    from .frontends.zoo import MODELS
     return {"models": {name: spec.summary for name, spec in MODELS.items()}}
 
 

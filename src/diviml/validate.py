@@ -75,7 +75,7 @@ def validate(plan: Plan, problem: Problem) -> Report:
         if not _close_or_below(used[d.name], d.memory_bytes):
             v.append(f"device {d.name!r} holds {used[d.name]:.6g} bytes, more than its {d.memory_bytes:.6g}")
     if kind == "pipeline" and problem.objective.contiguous:
-        v.extend(_contiguity_violations(problem, plan.placement))
+        v.extend(contiguity_violations(problem, plan.placement))
 
     if kind == "pipeline":
         objective = pipeline_loads(problem, plan.placement).objective
@@ -142,7 +142,7 @@ def _check_schedule(plan: Plan, problem: Problem, v: list[str]) -> float | None:
     return max(f for js in jobs.values() for *_, f in js)
 
 
-def _contiguity_violations(problem: Problem, placement: dict[str, str]) -> list[str]:
+def contiguity_violations(problem: Problem, placement: dict[str, str]) -> list[str]:
     """Each device's units must be convex in the stage order (:class:`~diviml.problem.StageOrder`): no
     path leaves a device's set and comes back. A unit's device is its first task's (co-location is checked
     on its own)."""

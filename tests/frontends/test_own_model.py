@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 import diviml
-from diviml.io import load_input
+from diviml.frontends.models import model_graph
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -35,9 +35,9 @@ def test_schedule_takes_a_model_file_and_factory_as_its_input(tmp_path):
 
 def test_a_zoo_name_is_profiled_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("DIVIML_CACHE", str(tmp_path))
-    first = load_input("gpt-tiny").graph
+    first = model_graph("gpt-tiny")
     assert len(list((tmp_path / "profiles").glob("gpt-tiny-*.json"))) == 1
-    again = load_input("gpt-tiny").graph
+    again = model_graph("gpt-tiny")
     assert again.to_dict() == first.to_dict()  # measured times move from run to run; cached ones do not
     (next((tmp_path / "profiles").glob("gpt-tiny-*.json"))).write_text("{broken")
-    assert len(load_input("gpt-tiny").graph) == len(first)  # a damaged entry is profiled again
+    assert len(model_graph("gpt-tiny")) == len(first)  # a damaged entry is profiled again

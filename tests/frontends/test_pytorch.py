@@ -10,7 +10,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import diviml
-from diviml import InputError, zoo
+from diviml import InputError
+from diviml.frontends import zoo
 from diviml.frontends.pytorch import VIEWS, capture, measure, profile_zoo, to_task_graph
 
 SMALL = ["resnet18", "mobilenet_v3_large", "googlenet", "gpt-tiny", "bert-tiny", "randwire-ws-s0",
@@ -216,7 +217,7 @@ def test_a_graph_profiled_on_a_gpu_machine_is_scheduled_here():
 
 
 def test_folded_broadcasts_of_weights_count_their_storage_once_not_the_broadcast_view():
-    from diviml import zoo
+    from diviml.frontends import zoo
     model = zoo.get("gpt-tiny").build()  # attention expands its weights over batch x heads (stride 0)
     held = sum(p.numel() * p.element_size() for p in model.parameters())
     held += sum(b.numel() * b.element_size() for b in model.buffers())

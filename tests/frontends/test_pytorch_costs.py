@@ -58,7 +58,7 @@ def test_views_cost_nothing_on_a_gpu_and_a_transfer_moves_the_storage_they_need(
 
 
 def test_a_transformers_batch_tables_line_up_although_its_static_graph_changes_with_the_batch():
-    from diviml import zoo
+    from diviml.frontends import zoo
     spec = zoo.get("gpt-tiny")
     model = spec.build().eval()
     one, eight = capture(model, spec.inputs(1)), capture(model, spec.inputs(8))

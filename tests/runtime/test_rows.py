@@ -59,7 +59,7 @@ def test_a_split_that_would_cut_a_merged_batch_dimension_is_refused_naming_the_t
     problem = batch_problem("gpt-tiny")
     parts = {t.id: [("worker0", 3), ("worker1", 1)] for t in problem.graph.tasks}
     from diviml.frontends.pytorch import capture_at
-    from diviml.zoo import get
+    from diviml.frontends.zoo import get
     captured = capture_at(get("gpt-tiny").build(), get("gpt-tiny").inputs, BATCH)
     merged = next(n.name for n in captured.gm.graph.nodes if n.op == "call_function" and str(n.target) ==
                   "aten.view.default" and "*" in str(n.meta["val"].shape[0]))  # e.g. 32*s0 rows

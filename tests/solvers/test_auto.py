@@ -3,7 +3,7 @@
 import diviml
 from diviml.generators import layered_dag, random_dag
 from diviml.solvers import auto, exact
-from diviml.solvers.modules import detect
+from diviml.solvers.engines.modules import detect
 
 PAPER = diviml.preset("paper-server")
 LATENCY = diviml.Objective("latency")

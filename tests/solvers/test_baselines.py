@@ -73,7 +73,7 @@ def test_the_partitioner_repairs_a_partition_to_an_acyclic_graph_of_parts():
     import networkx as nx
 
     from diviml.generators import layered_dag
-    from diviml.solvers.partitioner import acyclic
+    from diviml.solvers.baselines.partitioner import acyclic
 
     p = Problem(layered_dag(60, seed=2), diviml.preset("paper-server"))
     rng = random.Random(0)

@@ -6,9 +6,9 @@ from conftest import busy_machine
 import diviml
 from diviml import Problem
 from diviml.generators import layered_dag
-from diviml.solvers import heft
-from diviml.solvers.cpsat import solve_jobs
-from diviml.solvers.jobs import JobGraph
+from diviml.solvers.baselines import heft
+from diviml.solvers.engines.cpsat import solve_jobs
+from diviml.solvers.engines.jobs import JobGraph
 
 
 def _jobs_and_optimum(seed: int):

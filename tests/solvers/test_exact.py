@@ -10,7 +10,7 @@ import diviml
 from diviml import InfeasibleError, Objective, Problem
 from diviml.generators import benchmark_device_types, benchmark_platform, layered_dag
 from diviml.simulate import latency
-from diviml.solvers.jobs import batch_splits
+from diviml.solvers.engines.jobs import batch_splits
 from diviml.solvers.search import promising_splits
 from diviml.validate import validate
 
@@ -178,14 +178,14 @@ def test_a_batch_split_far_behind_the_best_under_heft_is_not_searched():
     # with costs that grow with the batch, every split is close and all are searched, best first
     scaling = Problem(g, diviml.preset("paper-server"), Objective("batch", batch_size=8))
     assert sorted(promising_splits(scaling)) == sorted(batch_splits(scaling))
-    from diviml.solvers.heft import heft_schedule
-    from diviml.solvers.jobs import JobGraph
+    from diviml.solvers.baselines.heft import heft_schedule
+    from diviml.solvers.engines.jobs import JobGraph
     values = [heft_schedule(JobGraph(scaling, s))[2] for s in promising_splits(scaling)]
     assert values == sorted(values)
 
 
 def test_gurobi_size_limit_is_said_in_one_line_and_highs_solves_instead():
-    from diviml.solvers.linear import LinearModel, solve_linear
+    from diviml.solvers.engines.linear import LinearModel, solve_linear
     m = LinearModel()
     xs = [m.binary(cost=-1.0) for _ in range(2500)]
     m.row([(x, 1.0) for x in xs], upper=3.0)

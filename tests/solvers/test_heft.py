@@ -4,8 +4,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import diviml
 from diviml import Objective, Problem
 from diviml.generators import layered_dag
-from diviml.solvers.heft import heft_schedule, upward_ranks
-from diviml.solvers.jobs import JobGraph
+from diviml.solvers.baselines.heft import heft_schedule, upward_ranks
+from diviml.solvers.engines.jobs import JobGraph
 
 from conftest import graph, two_device_platform
 

@@ -4,7 +4,7 @@ import pytest
 from conftest import graph, two_device_platform
 
 from diviml import Problem
-from diviml.solvers.jobs import JobGraph
+from diviml.solvers.engines.jobs import JobGraph
 
 
 def problem():

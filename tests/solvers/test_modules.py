@@ -2,7 +2,7 @@
 
 from diviml import Task, TaskGraph
 from diviml.generators import layered_dag
-from diviml.solvers.modules import constants, cut_widths, detect, series_points
+from diviml.solvers.engines.modules import constants, cut_widths, detect, series_points
 
 
 def chain_of_diamonds(blocks: int) -> TaskGraph:

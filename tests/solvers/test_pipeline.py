@@ -132,8 +132,8 @@ def test_a_dp_past_its_budget_or_its_time_returns_the_greedy_contiguous_plan_and
 def test_ideals_and_their_transitions_are_every_down_set_and_every_class_that_can_join_it():
     import random
 
-    from diviml.solvers._common import Stopwatch
-    from diviml.solvers.pipeline_dp import enumerate_ideals
+    from diviml.solvers.engines.plans import Stopwatch
+    from diviml.solvers.pipeline.dp import enumerate_ideals
 
     for seed in range(20):
         rng = random.Random(seed)

@@ -12,8 +12,9 @@ import diviml
 from diviml import Objective, Problem, Task, TaskGraph
 from diviml.generators import layered_dag
 from diviml.solvers import split as split_solver
-from diviml.solvers.jobs import JobGraph
-from diviml.solvers.modules import detect
+from diviml.solvers.split import _worker as split_worker
+from diviml.solvers.engines.jobs import JobGraph
+from diviml.solvers.engines.modules import detect
 from diviml.solvers.split import repair_memory
 from diviml.validate import validate
 
@@ -75,7 +76,7 @@ def test_the_deadline_test_at_multi_channel_cuts_skips_solves_without_changing_t
         edges.append((f"{c}11", "out"))
     p = Problem(graph(spec, edges), diviml.preset("paper-server"))
     tested = diviml.solve(p, "split", time_limit=60, module_size=6, workers=1)
-    monkeypatch.setattr(split_solver, "_late", lambda jobs, request: (None, 0.0))  # every such solve run in full
+    monkeypatch.setattr(split_worker, "solve_late", lambda jobs, request: (None, 0.0))  # every such solve run in full
     solved = diviml.solve(p, "split", time_limit=60, module_size=6, workers=1)
     assert detect(p.graph, 6).multi_channel_cuts > 0
     assert tested.stats["module_solves_late"] > 0 and solved.stats["module_solves_late"] == 0

@@ -34,7 +34,7 @@ class ModelSource:
 
 def model_source(spec: str) -> ModelSource:
     """A zoo name, or ``path/to/file.py:factory`` with ``factory() -> (module, example_inputs)``."""
-    from .. import zoo
+    from ..frontends import zoo
     if spec in zoo.MODELS:
         m = zoo.get(spec)
         return ModelSource(spec, m.build, m.inputs)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..problem import Problem
-from .modules import detect
+from .engines.modules import detect
 
 __all__ = ["Features", "features", "choose", "EXACT_TASKS"]
 

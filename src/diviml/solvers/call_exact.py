@@ -36,10 +36,10 @@ from ..errors import DivimlError, InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
 from ..simulate import call_latency
-from . import best_device, greedy
-from ._common import Stopwatch, make_plan
-from .cpsat import Progress
-from .symmetry import groups
+from .baselines import best_device, greedy
+from .engines.plans import Stopwatch, make_plan
+from .engines.cpsat import Progress
+from .engines.symmetry import groups
 
 NAME = "call-exact"
 

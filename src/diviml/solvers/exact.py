@@ -27,10 +27,11 @@ from ..errors import InputError
 from ..plan import Plan
 from ..problem import Problem
 from . import split
-from .cpsat import solve_jobs
-from .jobs import JobGraph
-from .modules import detect
-from .search import Outcome, exact_search, heft_hint
+from .engines.cpsat import solve_jobs
+from .engines.jobs import JobGraph
+from .engines.modules import detect
+from .engines.outcome import Outcome
+from .search import exact_search, heft_hint
 
 NAME = "exact"
 PIECE_SIZE = 20  # consecutive pieces are merged up to this many tasks

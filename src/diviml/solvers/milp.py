@@ -16,10 +16,11 @@ import networkx as nx
 from ..bounds import MILP
 from ..plan import Plan
 from ..problem import Problem
-from .jobs import JobGraph
-from .linear import LinearModel, solve_linear
-from .search import Outcome, exact_search, heft_hint
-from .symmetry import groups
+from .engines.jobs import JobGraph
+from .engines.linear import LinearModel, solve_linear
+from .engines.outcome import Outcome
+from .search import exact_search, heft_hint
+from .engines.symmetry import groups
 
 NAME = "milp"
 SCALE = 1000.0

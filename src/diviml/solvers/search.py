@@ -10,30 +10,17 @@ bound.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Callable
+from dataclasses import replace
 
 from ..bounds import lower_bound, lower_bound_source
 from ..errors import InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
-from . import best_device, heft
-from ._common import Stopwatch, better_bound
-from .jobs import JobGraph, batch_splits
-from .symmetry import CRITERIA, relabel
-
-
-@dataclass(frozen=True)
-class Outcome:
-    device_of: dict | None
-    start: dict | None
-    status: str  # optimal | timeout | infeasible | unknown
-    bound: float  # a valid lower bound (real time units) of this job graph's optimum
-    objective: float | None = None  # the engine's own objective value (real units)
-    stats: dict | None = None
-
-
-Engine = Callable[[JobGraph, float, float], Outcome]  # (jobs, upper bound on makespan, seconds) -> Outcome
+from .baselines import best_device, heft
+from .engines.plans import Stopwatch, better_bound, plan_from_jobs
+from .engines.jobs import JobGraph, batch_splits
+from .engines.outcome import Engine
+from .engines.symmetry import CRITERIA, relabel
 
 
 BASELINE_S_PER_TASK = 1e-4  # HEFT, its simulation and validation, per task (50,000 tasks: about 5 s)
@@ -48,7 +35,7 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
     lower_bound(problem, watch.left * bound_share)
     plans = []
     if problem.objective.kind == "batch" and best_device.candidates(problem):
-        from . import data_parallel
+        from .baselines import data_parallel
         plans.append(data_parallel.solve(problem, time_limit=max(watch.left / 10, 1e-3)))
     try:
         plans.append(heft.solve(problem, time_limit=max(watch.left, 1e-3)))
@@ -148,7 +135,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
         stats.update(extra)
         if out.device_of is None:
             continue
-        plan = heft.plan_from_jobs(jobs, out.device_of, out.start, solver=name, status=out.status, watch=watch)
+        plan = plan_from_jobs(jobs, out.device_of, out.start, solver=name, status=out.status, watch=watch)
         if latency and out.objective:
             stats["rounding_gap"] = max(0.0, (plan.objective - out.objective) / plan.objective)
         if best is None or plan.objective < best.objective:

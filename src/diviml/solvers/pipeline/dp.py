@@ -21,13 +21,13 @@ import math
 
 import numpy as np
 
-from ..bounds import EXACT_DP, lower_bound
-from ..errors import InputError
-from ..plan import Plan
-from ..problem import Problem
-from ._common import Stopwatch, make_plan
-from .pipeline_common import Contracted, class_times, device_classes
-from .pipeline_dp_kernel import walk_from
+from ...bounds import EXACT_DP, lower_bound
+from ...errors import InputError
+from ...plan import Plan
+from ...problem import Problem
+from ..engines.plans import Stopwatch, make_plan
+from .common import Contracted, class_times, device_classes
+from .dp_kernel import walk_from
 
 NAME = "dp"
 SMALL_GRAPH = 64  # classes; up to this the DP needs no greedy plan's value to cut its walks
@@ -176,7 +176,7 @@ def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideal
             progress(f"  dp: {i + 1}/{len(masks)} ideals, {pairs} pairs at {watch.elapsed:.1f} s")
     value = dp[full, top]
     if not math.isfinite(value):
-        from ..errors import InfeasibleError
+        from ...errors import InfeasibleError
         raise InfeasibleError("no contiguous split fits the memory limits and device restrictions: raise the "
                               "memory or use --solver ip --no-contiguous")
     placement = _reconstruct(masks, arg_prev, arg_class, radix, dclasses, contracted, full, top)
@@ -196,7 +196,7 @@ def _greedy_contiguous(problem: Problem, watch: Stopwatch):
     it is the plan returned when the DP does not finish."""
     from dataclasses import replace
 
-    from . import greedy
+    from ..baselines import greedy
     contiguous = replace(problem, objective=replace(problem.objective, contiguous=True))
     return greedy.best_fill(contiguous, watch)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..errors import InfeasibleError
-from ..problem import Problem
-from ._common import Stopwatch, evaluate, make_plan
+from ...errors import InfeasibleError
+from ...problem import Problem
+from ..engines.plans import Stopwatch, evaluate, make_plan
 
 NAME = "best-device"
 

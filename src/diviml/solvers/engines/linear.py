@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..errors import InputError
+from ...errors import InputError
 
 ENGINES = ("auto", "highs", "gurobi")
 

@@ -14,11 +14,14 @@ outside have arrived and the device has finished its earlier work), ``only`` pin
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Mapping
 
-from ..problem import Problem
+from ...problem import Problem
 
 JobKey = tuple[str, int]  # (task id, sub-batch index)
 
@@ -141,7 +144,6 @@ def batch_splits(problem: Problem) -> list[tuple[int, ...]]:
     sub-batches proportional to the speeds of the L fastest devices (a fast and a slow GPU: 5/3 of 8)."""
     if problem.objective.kind != "batch":
         return [(problem.batch_size,)]
-    from .data_parallel import proportional, speeds
     n, k = problem.batch_size, len(problem.platform.devices)
     splits = [near_equal_split(n, parts) for parts in range(1, min(k, n) + 1)]
     devices = [d.name for d in problem.platform.devices]
@@ -155,3 +157,52 @@ def near_equal_split(n: int, parts: int) -> tuple[int, ...]:
     """``n`` samples in ``parts`` sub-batches whose sizes differ by at most one (largest first)."""
     q, r = divmod(n, parts)
     return tuple(q + 1 if i < r else q for i in range(parts))
+
+
+def proportional(n: int, weights: list[float]) -> tuple[int, ...]:
+    """``n`` as integer shares proportional to ``weights`` (largest remainders), each weight > 0 getting >= 1
+    where ``n`` allows.
+
+    >>> proportional(8, [1.6, 1.0])
+    (5, 3)
+    """
+    total = sum(weights)
+    raw = [n * w / total for w in weights]
+    shares = [max(1, math.floor(r)) if n >= len(weights) else math.floor(r) for r in raw]
+    while sum(shares) > n:
+        k = max(range(len(shares)), key=lambda i: (shares[i] - raw[i], shares[i]))
+        shares[k] -= 1
+    order = sorted(range(len(shares)), key=lambda i: raw[i] - shares[i], reverse=True)
+    for k in itertools.islice(itertools.cycle(order), max(0, n - sum(shares))):
+        shares[k] += 1
+    return tuple(shares)
+
+
+def speeds(problem: Problem, devices: list[str]) -> list[float]:
+    """Samples per second of each device running the whole graph alone at the full batch (0 for a device
+    that cannot run some task)."""
+    n = problem.batch_size
+    out = []
+    for d in devices:
+        if any(d not in problem.allowed_devices[t.id] for t in problem.graph.tasks):
+            out.append(0.0)
+        else:
+            out.append(n / max(sum(problem.time(t.id, d, n) for t in problem.graph.tasks), 1e-30))
+    return out
+
+
+def earliest_gap(slots: list[tuple[float, float]], ready: float, duration: float) -> float:
+    """Earliest start >= ready where [start, start+duration) fits between busy slots.
+
+    A device's slots are disjoint, so their ends are sorted too: no gap before the first slot that ends at
+    ``ready`` or later can hold the job, and the search starts there (scanning from the first slot made
+    HEFT quadratic in the jobs per device)."""
+    first = bisect.bisect_left(slots, ready, key=lambda slot: slot[1])
+    prev_end = slots[first - 1][1] if first else 0.0
+    for i in range(first, len(slots)):
+        s, e = slots[i]
+        begin = max(prev_end, ready)
+        if begin + duration <= s:
+            return begin
+        prev_end = e
+    return max(prev_end, ready)

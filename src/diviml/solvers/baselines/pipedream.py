@@ -13,11 +13,11 @@ import math
 import networkx as nx
 import numpy as np
 
-from ..errors import InfeasibleError
-from ..problem import Problem
-from ._common import Stopwatch, make_plan
-from .pipeline_common import Contracted, device_classes
-from .pipeline_eval import ClassEvaluator
+from ...errors import InfeasibleError
+from ...problem import Problem
+from ..engines.plans import Stopwatch, make_plan
+from ..pipeline.common import Contracted, device_classes
+from ..pipeline.evaluate import ClassEvaluator
 
 NAME = "pipedream"
 

@@ -12,10 +12,10 @@ import bisect
 import math
 from itertools import permutations
 
-from ..errors import InfeasibleError
-from ..problem import Problem
-from ._common import Stopwatch, make_plan
-from .jobs import JobGraph, JobKey
+from ...errors import InfeasibleError
+from ...problem import Problem
+from ..engines.jobs import JobGraph, JobKey, earliest_gap
+from ..engines.plans import Stopwatch, plan_from_jobs
 
 NAME = "heft"
 
@@ -78,29 +78,6 @@ def heft_schedule(jobs: JobGraph) -> tuple[dict[JobKey, str], dict[JobKey, float
             resident.add((owner, d))
             memory_left[d] -= need
     return placement, start, max(finish.values(), default=0.0)
-
-
-def earliest_gap(slots: list[tuple[float, float]], ready: float, duration: float) -> float:
-    """Earliest start >= ready where [start, start+duration) fits between busy slots.
-
-    A device's slots are disjoint, so their ends are sorted too: no gap before the first slot that ends at
-    ``ready`` or later can hold the job, and the search starts there (scanning from the first slot made
-    HEFT quadratic in the jobs per device)."""
-    first = bisect.bisect_left(slots, ready, key=lambda slot: slot[1])
-    prev_end = slots[first - 1][1] if first else 0.0
-    for i in range(first, len(slots)):
-        s, e = slots[i]
-        begin = max(prev_end, ready)
-        if begin + duration <= s:
-            return begin
-        prev_end = e
-    return max(prev_end, ready)
-
-
-def plan_from_jobs(jobs: JobGraph, device_of, start, *, solver: str, status: str, watch: Stopwatch, **kw):
-    """A validated Plan from job devices and start times (the simulator recomputes the times)."""
-    return make_plan(jobs.problem, jobs.parts(device_of), order=jobs.order(device_of, start), solver=solver,
-                     status=status, watch=watch, **kw)
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, progress=None):

@@ -17,11 +17,11 @@ import math
 import numpy as np
 import pymetis
 
-from ..errors import InfeasibleError
-from ..problem import Problem
-from ._common import Stopwatch, evaluate, make_plan
-from .pipeline_common import Contracted
-from .pipeline_eval import ClassEvaluator
+from ...errors import InfeasibleError
+from ...problem import Problem
+from ..engines.plans import Stopwatch, evaluate, make_plan
+from ..pipeline.common import Contracted
+from ..pipeline.evaluate import ClassEvaluator
 
 NAME = "partitioner"
 SCALE = 1_000_000  # METIS wants integer weights

@@ -11,11 +11,11 @@ import math
 
 import numpy as np
 
-from ..errors import InfeasibleError
-from ..problem import Problem
-from ._common import Stopwatch, make_plan
-from .pipeline_common import Contracted
-from .pipeline_eval import ClassEvaluator
+from ...errors import InfeasibleError
+from ...problem import Problem
+from ..engines.plans import Stopwatch, make_plan
+from ..pipeline.common import Contracted
+from ..pipeline.evaluate import ClassEvaluator
 
 NAME = "local-search"
 

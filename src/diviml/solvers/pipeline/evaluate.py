@@ -12,8 +12,8 @@ from functools import cached_property
 
 import numpy as np
 
-from ..problem import Problem
-from .pipeline_common import Contracted
+from ...problem import Problem
+from .common import Contracted
 
 
 @dataclass(frozen=True)

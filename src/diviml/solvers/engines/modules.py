@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..errors import InputError
-from ..graph import TaskGraph
+from ...errors import InputError
+from ...graph import TaskGraph
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import time
 from ortools.sat.python import cp_model
 
 from .jobs import JobGraph
-from .search import Outcome
+from .outcome import Outcome
 from .symmetry import groups
 
 # CP-SAT's deterministic time (a count of its work) per second of one core of the reference machine (the

@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from typing import Mapping, Sequence
 
-from ..bounds import lower_bound, lower_bound_source
-from ..plan import Assignment, Plan
-from ..problem import Problem
-from ..simulate import Parts, call_latency, parts_from_placement, pipeline_loads, schedule
-from ..validate import check
+from ...bounds import lower_bound, lower_bound_source
+from ...plan import Assignment, Plan
+from ...problem import Problem
+from ...simulate import Parts, call_latency, parts_from_placement, pipeline_loads, schedule
+from ...validate import check
+from .jobs import JobGraph
 
 
 VALIDATE_S_PER_TASK = 2e-5  # the validator's time per task (50,000 tasks: about 1 s), kept out of the bound's
@@ -76,3 +77,9 @@ def make_plan(problem: Problem, parts: Parts | None = None, *, placement: Mappin
                 source)
     check(plan, problem)
     return plan
+
+
+def plan_from_jobs(jobs: JobGraph, device_of, start, *, solver: str, status: str, watch: Stopwatch, **kw):
+    """A validated Plan from job devices and start times (the simulator recomputes the times)."""
+    return make_plan(jobs.problem, jobs.parts(device_of), order=jobs.order(device_of, start), solver=solver,
+                     status=status, watch=watch, **kw)

@@ -15,15 +15,16 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..bounds import IP
-from ..errors import DivimlError
-from ..plan import Plan
-from ..problem import Problem
-from . import greedy, pipeline_dp
-from ._common import Stopwatch, make_plan
-from .linear import LinearModel, solve_linear
-from .pipeline_common import Contracted
-from .symmetry import CRITERIA, groups
+from ...bounds import IP
+from ...errors import DivimlError
+from ...plan import Plan
+from ...problem import Problem
+from ..baselines import greedy
+from . import dp as pipeline_dp
+from ..engines.plans import Stopwatch, make_plan
+from ..engines.linear import LinearModel, solve_linear
+from .common import Contracted
+from ..engines.symmetry import CRITERIA, groups
 
 NAME = "ip"
 
@@ -106,7 +107,7 @@ def build(problem: Problem, contracted: Contracted, symmetry: str, unit: float =
 
 def hint_vector(m: LinearModel, maps, problem: Problem, contracted: Contracted, placement: dict[str, str],
                 symmetry: str) -> list[float]:
-    from ..simulate import pipeline_loads
+    from ...simulate import pipeline_loads
     placement = _relabel(problem, placement, symmetry)
     device_of_class = {c: placement[ms[0]] for c, ms in enumerate(contracted.members)}
     v = [0.0] * m.num_vars
@@ -137,7 +138,7 @@ def hint_vector(m: LinearModel, maps, problem: Problem, contracted: Contracted, 
 
 def _relabel(problem: Problem, placement: dict[str, str], symmetry: str) -> dict[str, str]:
     """Permute identical devices so the hint satisfies the symmetry order."""
-    from ..simulate import pipeline_loads
+    from ...simulate import pipeline_loads
     if symmetry == "none":
         return placement
     total = pipeline_loads(problem, placement).total
@@ -168,12 +169,12 @@ def warm_start(problem: Problem, watch: Stopwatch) -> Plan | None:
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: str = "auto",
           symmetry: str = "busy", threads: int | None = None, progress=None) -> Plan:
     if symmetry not in CRITERIA:
-        from ..errors import InputError
+        from ...errors import InputError
         raise InputError(f"unknown symmetry criterion {symmetry!r}: choose {', '.join(CRITERIA)}")
     watch = Stopwatch(time_limit)
     contracted = Contracted(problem)
     start = warm_start(problem, watch)
-    from ..bounds import lower_bound
+    from ...bounds import lower_bound
     scale = start.objective if start else lower_bound(problem, watch.left / 4)
     m, maps = build(problem, contracted, symmetry, unit=1000.0 / scale if scale > 0 else 1.0)
     hint = hint_vector(m, maps, problem, contracted, start.placement, symmetry) if start else None
@@ -184,7 +185,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
     notes = [result.note] if result.note else []
     stats = {"ip_variables": float(m.num_vars), "ip_rows": float(len(m.rows)), "ip_engine": result.engine}
     if result.status == "infeasible":
-        from ..errors import InfeasibleError
+        from ...errors import InfeasibleError
         raise InfeasibleError("no split satisfies the memory, device and contiguity constraints: relax them")
     bound = max(result.bound, 0.0) / maps["unit"] if math.isfinite(result.bound) else 0.0
     candidates = []
@@ -201,6 +202,6 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
                                     bound=bound, bound_source=IP,
                                     notes=notes + [f"kept the warm start ({start.solver})"], stats=stats))
     if not candidates:
-        from ..errors import InfeasibleError
+        from ...errors import InfeasibleError
         raise InfeasibleError(f"the IP found no split within {time_limit:g} s: raise the time limit")
     return min(candidates, key=lambda p: p.objective)

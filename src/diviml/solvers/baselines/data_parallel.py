@@ -12,45 +12,14 @@ from __future__ import annotations
 import itertools
 import math
 
-from ..errors import InfeasibleError, InputError
-from ..problem import Problem
+from ...errors import InfeasibleError, InputError
+from ...problem import Problem
 from . import best_device
-from ._common import Stopwatch, evaluate, make_plan
+from ..engines.jobs import proportional, speeds
+from ..engines.plans import Stopwatch, evaluate, make_plan
 
 NAME = "data-parallel"
 MAX_COMPOSITIONS = 2000
-
-
-def proportional(n: int, weights: list[float]) -> tuple[int, ...]:
-    """``n`` as integer shares proportional to ``weights`` (largest remainders), each weight > 0 getting >= 1
-    where ``n`` allows.
-
-    >>> proportional(8, [1.6, 1.0])
-    (5, 3)
-    """
-    total = sum(weights)
-    raw = [n * w / total for w in weights]
-    shares = [max(1, math.floor(r)) if n >= len(weights) else math.floor(r) for r in raw]
-    while sum(shares) > n:
-        k = max(range(len(shares)), key=lambda i: (shares[i] - raw[i], shares[i]))
-        shares[k] -= 1
-    order = sorted(range(len(shares)), key=lambda i: raw[i] - shares[i], reverse=True)
-    for k in itertools.islice(itertools.cycle(order), max(0, n - sum(shares))):
-        shares[k] += 1
-    return tuple(shares)
-
-
-def speeds(problem: Problem, devices: list[str]) -> list[float]:
-    """Samples per second of each device running the whole graph alone at the full batch (0 for a device
-    that cannot run some task)."""
-    n = problem.batch_size
-    out = []
-    for d in devices:
-        if any(d not in problem.allowed_devices[t.id] for t in problem.graph.tasks):
-            out.append(0.0)
-        else:
-            out.append(n / max(sum(problem.time(t.id, d, n) for t in problem.graph.tasks), 1e-30))
-    return out
 
 
 def _compositions(n: int, k: int):

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import InputError
+from ..errors import InputError
+from ._torch import import_torch
 
 
 @dataclass(frozen=True)
@@ -20,15 +21,12 @@ class ModelSpec:
     inputs: Callable[[int], tuple]  # batch size -> example inputs
 
 
-def _torch():
-    from .frontends.pytorch import _torch as t
-    return t()
 
 
 def _images(size: int) -> Callable[[int], tuple]:
     """Example inputs of an image model: a seeded batch of size x size RGB images."""
     def inputs(batch: int):
-        torch = _torch()
+        torch = import_torch()
         return (torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0)),)
     return inputs
 
@@ -59,7 +57,7 @@ BERT = {"bert-tiny": TransformerConfig(2, 128, 2, 1000, 32), "bert-base": Transf
 
 
 def transformer(cfg: TransformerConfig, causal: bool):
-    torch = _torch()
+    torch = import_torch()
     nn = torch.nn
 
     class Block(nn.Module):
@@ -97,7 +95,7 @@ def transformer(cfg: TransformerConfig, causal: bool):
 
 def _transformer_spec(name: str, cfg: TransformerConfig, causal: bool) -> ModelSpec:
     def inputs(batch: int):
-        torch = _torch()
+        torch = import_torch()
         return (torch.randint(0, cfg.vocab, (batch, cfg.sequence), generator=torch.Generator().manual_seed(0)),)
 
     kind = "GPT-style decoder" if causal else "BERT-style encoder"
@@ -130,7 +128,7 @@ def randwire(generator: str, nodes: int = 32, channels: int = 32, stages: int = 
     classifier (CIFAR-sized, launch-bound on GPUs). ``regime="small"``: Xie et al.'s small regime (their
     Table 1): conv1 3x3/2 to C/2, conv2 3x3/2 to C, random stages of N/2, N, N nodes at C, 2C, 4C (``stages``
     of them), a 1x1 convolution to 1280 channels, global pooling and a linear classifier."""
-    torch = _torch()
+    torch = import_torch()
     nn = torch.nn
     if regime not in ("tiny", "small"):
         raise InputError(f"unknown randwire regime {regime!r}: use tiny or small")
@@ -214,11 +212,11 @@ def _hf_spec(name: str, summary: str, make: Callable[[object], object], vocab: i
             import transformers
         except ImportError:
             raise InputError(f"{name} needs the transformers package: pip install transformers") from None
-        _torch().manual_seed(0)
+        import_torch().manual_seed(0)
         return make(transformers).eval()
 
     def inputs(batch: int):
-        torch = _torch()
+        torch = import_torch()
         return (torch.randint(0, vocab, (batch, sequence), generator=torch.Generator().manual_seed(0)),)
 
     return ModelSpec(name, f"{summary}, random weights, sequence {sequence} (needs transformers)", build, inputs)

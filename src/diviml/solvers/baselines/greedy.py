@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 
-from ..bounds import spread_bound, work_bound
-from ..errors import InfeasibleError, ValidationError
-from ..problem import Problem
-from ..validate import _contiguity_violations
-from ._common import Stopwatch, evaluate, make_plan
+from ...bounds import spread_bound, work_bound
+from ...errors import InfeasibleError, ValidationError
+from ...problem import Problem
+from ...validate import contiguity_violations
+from ..engines.plans import Stopwatch, evaluate, make_plan
 
 NAME = "greedy"
 TARGET_FACTORS = (1.0, 1.05, 1.15, 1.3, 1.6, 2.0, 3.0, math.inf)  # inf: one device, memory permitting
@@ -118,7 +118,7 @@ def best_fill(problem: Problem, watch: Stopwatch):
         placement = fill(problem, base * factor, order, devices)
         contiguous_ok = placement is not None and not (
             problem.objective.kind == "pipeline" and problem.objective.contiguous
-            and _contiguity_violations(problem, placement))
+            and contiguity_violations(problem, placement))
         if contiguous_ok:
             parts = {t: [(d, problem.batch_size)] for t, d in placement.items()}
             try:

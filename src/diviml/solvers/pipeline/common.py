@@ -17,8 +17,8 @@ from functools import cached_property
 
 import networkx as nx
 
-from ..errors import InputError
-from ..problem import Problem
+from ...errors import InputError
+from ...problem import Problem
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,216 @@
+"""Profiles: a captured, measured model as a TaskGraph, at several batch sizes, and how far the roofline is off."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ...catalogue import CATALOGUE, device_type_of, spec
+from ...errors import InputError
+from ...graph import Task, TaskGraph
+from .. import zoo
+from .._torch import import_torch
+from ..host import HOST_TYPE, HostSpec, measure_host
+from ._capture import Captured, capture, capture_at, with_inputs
+from ._costs import NodeRecord, nbytes, stored_bytes, task_times
+from ._measure import MIN_TIMING_S, measure
+
+
+def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str,
+                  measured_type: str | None = HOST_TYPE, analytic_types: Sequence[str] = ("v100", "a100"),
+                  batch_size: int = 1, extra_times: dict | None = None, host: HostSpec | None = None) -> TaskGraph:
+    """Tasks from the records: measured medians for ``measured_type``, the rest by :func:`task_times` (``host``
+    is measured here when the records come from this CPU and it is not given)."""
+    if measured_type == HOST_TYPE and host is None:
+        host = measure_host()
+    gm = captured.gm
+    state_bytes = {n.name: 0.0 for n in gm.graph.nodes if n.op == "placeholder"}
+    for a, node in zip(captured.args, [n for n in gm.graph.nodes if n.op == "placeholder"]):
+        if node.name in captured.state:  # a folded broadcast (stride 0) holds its source's storage, not its view
+            state_bytes[node.name] = stored_bytes(a)
+    owner: dict[str, str] = {}
+    for r in records:
+        for s in r.state_inputs:
+            owner.setdefault(s, r.name)
+    memory = {r.name: 0.0 for r in records}
+    for s, r in owner.items():
+        memory[r] += state_bytes.get(s, 0.0)
+    if captured.method == "fx":
+        modules = dict(gm.named_modules())
+        for n in gm.graph.nodes:
+            if n.op == "call_module" and n.name in memory:
+                memory[n.name] += sum(nbytes(p) for p in modules[n.target].parameters())
+    tasks, edges = [], []
+    for r in records:
+        times = task_times(r, measured_type, analytic_types, host)
+        table = {dt: dict(v) for dt, v in (extra_times or {}).get(r.name, {}).items()}
+        tasks.append(Task(id=r.name, kind=r.kind, time=times, time_by_batch=table, flops=r.flops,
+                          bytes_accessed=r.bytes_accessed, memory_bytes=memory[r.name], output_bytes=r.output_bytes,
+                          module=captured.module_path.get(r.name)))
+        edges.extend((p, r.name) for p in r.inputs)
+    return TaskGraph.create(tasks, edges, name=name, batch_size=batch_size)
+
+
+def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *, name: str,
+            batches: Sequence[int] = (1,), measured_type: str | None = HOST_TYPE,
+            analytic_types: Sequence[str] = ("v100", "a100"), repeats: int = 5, warmup: int = 1,
+            threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
+            progress: Callable[[str], None] | None = None, device: str = "cpu",
+            fold_constants: bool = True) -> TaskGraph:
+    """Capture and cost a model at each batch size; the first is the graph's own, the others fill the tables.
+
+    ``fold_constants=False`` keeps what depends on no input as per-request work (the cost model before
+    constant folding, for comparison).
+
+    ``device`` is the torch device measured on (its times are recorded as ``measured_type``): the model and
+    its inputs are put there before capture, so the captured graph runs there as the model would. Measured
+    on the CPU (``measured_type`` "host"), this CPU is measured too and catalogue CPUs among
+    ``analytic_types`` get times derived from the host's (:mod:`diviml.frontends.host`)."""
+    if not batches:
+        raise InputError("give at least one batch size")
+    torch = import_torch()
+    host = None
+    if measured_type == HOST_TYPE:
+        host = measure_host(threads or torch.get_num_threads())
+        if progress:
+            progress(f"this CPU: {host.peak_flops_per_thread / 1e9:.0f} GFLOP/s and "
+                     f"{host.bandwidth_per_thread / 1e9:.1f} GB/s per thread, {host.dispatch * 1e6:.1f} us "
+                     "per operator call")
+    if measured_type is None:  # analytic only: no weights are allocated, shapes come from meta tensors
+        with torch.device("meta"):
+            model = model_fn()
+        inputs_fn = _moved(inputs_fn, "meta")
+    else:
+        model = model_fn()
+        if torch.device(device).type != "cpu":
+            model = model.to(device)
+            inputs_fn = _moved(inputs_fn, device)
+    per_batch: dict[int, dict[str, NodeRecord]] = {}
+    base = None
+    for i, b in enumerate(batches):
+        if progress:
+            progress(f"profiling {name} at batch {b} ({i + 1}/{len(batches)})")
+        if base is None:
+            captured = capture_at(model, inputs_fn, b, fold_constants=fold_constants)
+        elif base[0].dynamic_batch:
+            captured = with_inputs(base[0], inputs_fn(b))
+        else:
+            captured = capture(model, inputs_fn(b), fold_constants=fold_constants)
+        records = measure(captured, repeats=repeats if measured_type else 0, warmup=warmup if measured_type else 0,
+                          threads=threads, min_time_s=min_time_s, progress=progress)
+        per_batch[b] = {r.name: r for r in records}
+        if base is None:
+            base = (captured, records)
+    captured, records = base
+    extra: dict[str, dict[str, dict[int, float]]] = {}
+    for b in batches[1:]:
+        _check_same_graph(name, batches[0], records, b, list(per_batch[b].values()))
+        for r in records:
+            row = extra.setdefault(r.name, {})
+            for t, value in task_times(per_batch[b][r.name], measured_type, analytic_types, host).items():
+                row.setdefault(t, {})[b] = value
+    return to_task_graph(captured, records, name=name, measured_type=measured_type, analytic_types=analytic_types,
+                         batch_size=batches[0], extra_times=extra, host=host)
+
+
+def _check_same_graph(name: str, base: int, records: list, batch: int, others: list) -> None:
+    """Batch tables need the same operators, kinds and wiring at every batch size: the exported graph may
+    change with the batch (a view folded away at batch 1, a shape-specialised path), and times matched by
+    node name would then land on the wrong operators. Refuse rather than mislabel."""
+    def shape(rs):
+        return [(r.name, r.kind, tuple(r.inputs)) for r in rs]
+    a, b = shape(records), shape(others)
+    if a == b:
+        return
+    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    where = f"operator {k} is {a[k][0]} ({a[k][1]})" if k < len(a) else f"batch {batch} has more operators"
+    there = f"{b[k][0]} ({b[k][1]})" if k < len(b) else "nothing"
+    raise InputError(f"{name}: the captured graph changes with the batch size ({len(a)} operators at batch {base}, "
+                     f"{len(b)} at batch {batch}; {where} at batch {base} but {there} at batch {batch}): batch "
+                     "tables cannot be lined up; profile each batch size into its own graph")
+
+
+def _moved(inputs_fn: Callable[[int], tuple], device: str) -> Callable[[int], tuple]:
+    def inputs(batch: int) -> tuple:
+        return tuple(x.to(device) if hasattr(x, "to") else x for x in inputs_fn(batch))
+    return inputs
+
+
+def measured_device_type(device: str | None) -> str | None:
+    """The device type that times measured on torch device ``device`` are recorded as: 'host', the catalogue
+    name of a CUDA device ('h100-sxm', 'a100', ...; 'cuda' when the catalogue has none), None for none.
+
+    A CUDA device that is not present is an InputError that says so."""
+    if device is None:
+        return None
+    if device == "cpu":
+        return HOST_TYPE
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        raise InputError(f"cannot measure on {device!r}: use cpu, cuda, cuda:N, or none for analytic costs")
+    torch = import_torch()
+    if not torch.cuda.is_available():
+        raise InputError("no CUDA device here (torch.cuda.is_available() is False): measure on cpu, or use none "
+                         "for analytic costs")
+    index = torch.device(device).index or 0
+    if index >= torch.cuda.device_count():
+        raise InputError(f"no {device} here: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device_type_of(torch.cuda.get_device_name(index))
+
+
+def profile_module(module, example_inputs, *, name: str = "model", device: str | None = "cpu", repeats: int = 5,
+                   threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
+                   progress: Callable[[str], None] | None = None, fold_constants: bool = True) -> TaskGraph:
+    """Profile your own ``torch.nn.Module`` on ``example_inputs`` (a tuple), at their batch size: measured on
+    ``device`` ("cpu": this machine's CPU, type 'host', with the catalogue CPU derived from it; "cuda";
+    None for analytic costs only), roofline times for every other device type of the catalogue.
+    Top level as :func:`diviml.profile`."""
+    example = tuple(example_inputs)
+    batch = next((int(x.shape[0]) for x in example if hasattr(x, "shape") and len(x.shape)), 1)
+    measured = measured_device_type(device)
+    return profile(lambda: module, lambda _batch: example, name=name, batches=(batch,), measured_type=measured,
+                   analytic_types=[t for t in CATALOGUE if t != measured], repeats=repeats, threads=threads,
+                   min_time_s=min_time_s, progress=progress, device=device or "cpu", fold_constants=fold_constants)
+
+
+def profile_zoo(name: str, *, batches: Sequence[int] = (1,), device: str | None = "cpu", repeats: int = 5,
+                threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
+                progress: Callable[[str], None] | None = None, fold_constants: bool = True) -> TaskGraph:
+    """Profile a zoo model: measured on ``device`` ("cpu", "cuda", "cuda:N", or None for analytic costs only),
+    roofline times for every other device type of the catalogue."""
+    model = zoo.get(name)
+    measured = measured_device_type(device)
+    analytic = [t for t in CATALOGUE if t != measured]
+    return profile(model.build, model.inputs, name=name, batches=batches, measured_type=measured,
+                   analytic_types=analytic, repeats=repeats, threads=threads, min_time_s=min_time_s,
+                   progress=progress, device=device or "cpu", fold_constants=fold_constants)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    device_type: str
+    scale: float  # the factor on the roofline that best matches the measurements (median relative error)
+    error_before: float  # median |roofline - measured| / measured
+    error_after: float  # the same after scaling the roofline by ``scale``
+    tasks: int
+
+
+def calibrate(graph: TaskGraph, device_type: str, spec_name: str | None = None) -> Calibration:
+    """How well the catalogue's roofline for ``spec_name`` predicts the times measured on ``device_type``.
+
+    The fitted scale is what a user multiplies analytic times of that device by; the errors say how far the
+    model is from the measurements per operator, before and after."""
+    model = spec(spec_name or device_type)
+    pairs = [(t.time[device_type], model.roofline(t.flops or 0.0, t.bytes_accessed or 0.0))
+             for t in graph.tasks if t.kind != "input" and t.time.get(device_type, 0.0) > 0]
+    if not pairs:
+        raise InputError(f"no measured {device_type} times to calibrate against")
+    def error(k: float) -> float:
+        return statistics.median(abs(k * r - m) / m for m, r in pairs)
+
+    # the scale with the smallest median error lies at (or next to) one of the per-task ratios; 1 is the model
+    candidates = sorted({1.0} | {m / r for m, r in pairs if r > 0})
+    step = max(1, len(candidates) // 200)
+    scale = min(candidates[::step] + [1.0], key=error)
+    return Calibration(device_type, scale, error(1.0), error(scale), len(pairs))
