@@ -115,10 +115,8 @@ def cmd_schedule(args) -> dict:
         if not args.trace.lower().endswith(".json"):
             raise InputError(f"--trace {args.trace}: give a file ending in .json (Chrome trace event format)")
         args.gantt = [*(args.gantt or []), args.trace]
-    options = {k: v for k, v in (("engine", args.engine), ("symmetry", args.symmetry), ("workers", args.workers),
-                                 ("module_size", args.module_size), ("module_time_limit", args.module_time_limit),
-                                 ("decompose", False if args.no_decompose else None), ("piece_size", args.piece_size))
-               if v is not None}
+    options = {name: getattr(args, name) for name, o in solvers.OPTIONS.items()
+               if o.cli and getattr(args, name) is not None}
     if args.solver != "auto":  # a mistaken request is refused before a large input is loaded
         solvers.check_request(args.objective, args.solver, args.time_limit)
         solvers.check_options(args.solver, options)
@@ -339,7 +337,10 @@ def cmd_platforms(args) -> dict:
 
 
 def cmd_solvers(args) -> dict:
-    return {"solvers": {s.name: {"objectives": list(s.objectives), "summary": s.summary}
+    return {"solvers": {s.name: {"objectives": list(s.objectives), "summary": s.summary,
+                                 "options": [solvers.OPTIONS[o].flag for o in solvers.options_of(s.name)
+                                             if solvers.OPTIONS[o].cli],
+                                 "deterministic": s.deterministic}
                         for s in solvers.REGISTRY.values()}}
 
 
@@ -354,6 +355,8 @@ def _print_human(command: str, out: dict) -> None:
     if command == "solvers":
         for name, s in out["solvers"].items():
             print(f"{name:<12} [{', '.join(s['objectives'])}] {s['summary']}")
+            if s["options"]:
+                print(f"{'':<12} options: {' '.join(s['options'])}")
         return
     if command == "validate":
         print("valid" if out["valid"] else "INVALID")
@@ -410,6 +413,25 @@ def _print_human(command: str, out: dict) -> None:
         print(f"wrote {p}")
 
 
+def _add_solver_options(parser) -> None:
+    """A flag per solver option (:data:`diviml.solvers.OPTIONS`), saying which solvers take it."""
+    for name, option in solvers.OPTIONS.items():
+        if not option.cli:
+            continue
+        takers = [s for s in solvers.REGISTRY if name in solvers.options_of(s)]
+        by_default: dict = {}
+        for s in takers:
+            if solvers.options_of(s)[name] is not None and option.type is not bool:
+                by_default.setdefault(solvers.options_of(s)[name], []).append(s)
+        default = ("; default " + ", ".join(f"{v}" + (f" ({', '.join(who)})" if len(by_default) > 1 else "")
+                                            for v, who in by_default.items())) if by_default else ""
+        text = f"{option.help} (solvers: {', '.join(takers)}{default})"
+        if option.type is bool:
+            parser.add_argument(option.flag, dest=name, action="store_const", const=False, help=text)
+        else:
+            parser.add_argument(option.flag, dest=name, type=option.type, choices=option.choices, help=text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="diviml", description="Map DNNs onto heterogeneous hardware with proven bounds.")
     from . import __version__
@@ -422,19 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "split for large ones, ip for pipeline, call-exact for call-latency) and said why")
     s.add_argument("--time-limit", type=float, default=60.0, help="seconds (default 60)")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--engine", choices=("auto", "highs", "gurobi"), help="MILP engine (solver milp, ip)")
-    s.add_argument("--symmetry", choices=("tasks", "busy", "none"),
-                   help="symmetry breaking for identical devices (exact solvers; default tasks)")
-    s.add_argument("--workers", type=int, help="CP-SAT worker threads (exact, whole model), processes (split, "
-                                               "exact by pieces); default: the CPU count")
-    s.add_argument("--module-size", type=int, help="split: most tasks per module (default 20); a group between "
-                                                   "two series points of up to twice this stays one module")
-    s.add_argument("--module-time-limit", type=float,
-                   help="split: seconds of work per module solve, counted by CP-SAT's deterministic time so that "
-                        "a plan does not depend on the machine's load (default 0.5)")
-    s.add_argument("--no-decompose", action="store_true",
-                   help="exact: solve the whole graph as one model, not piece by piece between series points")
-    s.add_argument("--piece-size", type=int, help="exact: merge series pieces up to this many tasks (default 20)")
+    _add_solver_options(s)
     s.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     s.add_argument("--out", help="write the plan as JSON")
     s.add_argument("--gantt", action="append",

@@ -1,6 +1,12 @@
-"""Solvers, one module each, all behind ``solve(problem, *, time_limit, seed) -> Plan``.
+"""Solvers, one module each, all behind one interface (:class:`Solver`), found by name in one map.
 
-:func:`get` looks one up by its CLI name; :data:`REGISTRY` lists them with what they are for.
+:data:`REGISTRY` lists the solvers with the objectives they handle; :data:`OPTIONS` lists every option any
+solver takes, once, with its type and meaning: the CLI builds its flags from it, and a solver takes the
+options its ``solve`` names (:func:`options_of`). :func:`solve` checks the request, runs the solver and
+settles its status.
+
+Layout: ``engines/`` (what solvers share, importing no solver), ``baselines/``, ``pipeline/`` (the
+max-load objective), ``split/`` (MILP-SPLIT), and ``exact``, ``milp``, ``call_exact`` beside them.
 """
 
 from __future__ import annotations
@@ -9,33 +15,81 @@ import importlib
 import inspect
 import time
 from dataclasses import dataclass, replace
+from typing import Callable, Protocol
 
 from ..errors import InputError
+from ..plan import Plan
+from ..problem import Problem
+
+
+class Solver(Protocol):
+    """What a solver module provides. ``solve`` takes the problem, ``time_limit`` (seconds on the clock, for
+    the whole solve: bounds and baselines included), ``seed``, and keyword options, each one of
+    :data:`OPTIONS`; where it takes ``progress`` (a callable taking a line) it reports as it goes."""
+
+    def solve(self, problem: Problem, *, time_limit: float, seed: int, **options) -> Plan: ...
 
 
 @dataclass(frozen=True)
 class SolverInfo:
     name: str
-    module: str
+    module: str  # under diviml.solvers
     objectives: tuple[str, ...]
     summary: str
+    deterministic: bool = False  # the same plan for the same seed whenever the solve finishes within its limit
+
+
+@dataclass(frozen=True)
+class Option:
+    """A solver option: the keyword ``solve`` takes, its type, choices and meaning. ``cli``: whether the CLI
+    has a flag for it (``--name-with-dashes``; a bool that is on by default gets ``--no-name``)."""
+    name: str
+    type: type
+    help: str
+    choices: tuple[str, ...] | None = None
+    cli: bool = True
+
+    @property
+    def flag(self) -> str:
+        return ("--no-" if self.type is bool else "--") + self.name.replace("_", "-")
+
+
+OPTIONS: dict[str, Option] = {o.name: o for o in (
+    Option("workers", int, "parallel workers: CP-SAT threads (exact, call-exact), module-solve processes "
+                           "(split, exact by pieces), MILP threads (milp, ip); default: the CPU count"),
+    Option("symmetry", str, "symmetry breaking between identical devices", ("tasks", "busy", "none")),
+    Option("engine", str, "MILP engine (HiGHS, or Gurobi when licensed)", ("auto", "highs", "gurobi")),
+    Option("module_size", int, "most tasks per module; a group between two series points of up to twice this "
+                               "stays one module"),
+    Option("module_time_limit", float, "seconds of work per module solve, counted by CP-SAT's deterministic "
+                                       "time so that a plan does not depend on the machine's load"),
+    Option("decompose", bool, "solve piece by piece between series points where it pays; --no-decompose: "
+                              "the whole graph as one model"),
+    Option("piece_size", int, "merge series pieces up to this many tasks"),
+    Option("max_ideals", int, "most ideals (stage candidates) the dynamic program enumerates"),
+    Option("max_pairs", int, "most ideal pairs the dynamic program walks"),
+    Option("resolution", int, "time steps the makespan is measured in (CP-SAT works in integers)", cli=False),
+    Option("on_incumbent", object, "called with each better plan as it is found", cli=False),
+)}
+
+RUN_PARAMETERS = ("problem", "time_limit", "seed", "progress")  # what every solve takes besides its options
 
 
 REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
     SolverInfo("split", "split", ("latency", "batch"),
-               "MILP-SPLIT (DiviML): modules solved exactly in parallel, joined by dynamic programming"),
+               "MILP-SPLIT (DiviML): modules solved exactly in parallel, joined by dynamic programming", True),
     SolverInfo("best-device", "baselines.best_device", ("latency", "batch", "pipeline", "call-latency"),
-               "the whole graph on the single device that runs it fastest (baseline)"),
+               "the whole graph on the single device that runs it fastest (baseline)", True),
     SolverInfo("data-parallel", "baselines.data_parallel", ("batch",),
-               "data parallelism with unequal shares: every integer split of the batch over the devices (baseline)"),
+               "data parallelism with unequal shares: every integer split of the batch over the devices (baseline)", True),
     SolverInfo("heft", "baselines.heft", ("latency", "batch"),
-               "HEFT: upward rank, insertion-based earliest finish time, memory-aware (baseline)"),
+               "HEFT: upward rank, insertion-based earliest finish time, memory-aware (baseline)", True),
     SolverInfo("exact", "exact", ("latency", "batch"),
                "CP-SAT: optimal device, order and batch split with a proven bound (default exact engine)"),
     SolverInfo("milp", "milp", ("latency", "batch"),
                "the paper's MILP (HiGHS, or Gurobi when licensed): device, order and batch split with a bound"),
     SolverInfo("dp", "pipeline.dp", ("pipeline",),
-               "optimal contiguous pipeline split: dynamic program over ideals (NeurIPS 2020)"),
+               "optimal contiguous pipeline split: dynamic program over ideals (NeurIPS 2020)", True),
     SolverInfo("ip", "pipeline.ip", ("pipeline",),
                "exact pipeline split as an integer program (NeurIPS 2020), contiguous or not; HiGHS or Gurobi"),
     SolverInfo("call-exact", "call_exact", ("call-latency",),
@@ -43,19 +97,34 @@ REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
     SolverInfo("local-search", "baselines.local_search", ("pipeline",),
                "random restarts + best single move over co-location classes (NeurIPS 2020 baseline)"),
     SolverInfo("pipedream", "baselines.pipedream", ("pipeline",),
-               "PipeDream-style optimal split of the linearised graph into consecutive stages (baseline)"),
+               "PipeDream-style optimal split of the linearised graph into consecutive stages (baseline)", True),
     SolverInfo("partitioner", "baselines.partitioner", ("latency", "batch", "pipeline"),
-               "METIS graph partition with speed-proportional parts, repaired for memory (baseline)"),
+               "METIS graph partition with speed-proportional parts, repaired for memory (baseline)", True),
     SolverInfo("greedy", "baselines.greedy", ("latency", "batch", "pipeline", "call-latency"),
-               "memory-aware topological fill of devices, fastest first, towards balanced load (baseline)"),
+               "memory-aware topological fill of devices, fastest first, towards balanced load (baseline)", True),
 )}
 
 
-def get(name: str):
-    """The module implementing solver ``name`` (it has ``solve(problem, *, time_limit, seed)``)."""
+def get(name: str) -> Solver:
+    """The module implementing solver ``name``."""
     if name not in REGISTRY:
         raise InputError(f"unknown solver {name!r}: choose one of {', '.join(REGISTRY)} (see 'diviml solvers')")
     return importlib.import_module(f"{__name__}.{REGISTRY[name].module}")
+
+
+def options_of(name: str) -> dict[str, object]:
+    """The options solver ``name`` takes, with its defaults (None: chosen by the solver), read from its ``solve``.
+
+    >>> sorted(options_of("split"))
+    ['module_size', 'module_time_limit', 'workers']
+    """
+    parameters = inspect.signature(get(name).solve).parameters
+    return {p: v.default for p, v in parameters.items() if p not in RUN_PARAMETERS}
+
+
+def takes_progress(name: str) -> bool:
+    """Whether solver ``name`` reports progress as it goes (the others' result is reported when they end)."""
+    return "progress" in inspect.signature(get(name).solve).parameters
 
 
 def check_request(objective_kind: str, solver: str, time_limit: float) -> None:
@@ -70,17 +139,41 @@ def check_request(objective_kind: str, solver: str, time_limit: float) -> None:
 
 
 def check_options(solver: str, options: dict) -> None:
-    """Raise InputError for an option ``solver`` does not take or a value it rejects, before any work."""
-    accepted = inspect.signature(get(solver).solve).parameters
-    unknown = sorted(set(options) - set(accepted) - {"progress"})
+    """Raise InputError, in one line, for an option ``solver`` does not take (naming those it takes) or a
+    value of the wrong type or outside its choices, before any work."""
+    taken = options_of(solver)
+    unknown = sorted(set(options) - set(taken) - {"progress"})
     if unknown:
-        raise InputError(f"solver {solver!r} takes no option {', '.join('--' + u.replace('_', '-') for u in unknown)}")
-    workers = options.get("workers")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise InputError(f"--workers must be a whole number >= 1, got {workers!r} (leave it out for the default)")
+        takes = ", ".join(OPTIONS[o].flag if OPTIONS[o].cli else o for o in taken) or "none"
+        raise InputError(f"solver {solver!r} takes no option {', '.join(_spelled(u) for u in unknown)} "
+                         f"(the options it takes: {takes})")
+    for name, value in options.items():
+        if name in OPTIONS and value is not None:
+            _check_value(OPTIONS[name], value)
     check = getattr(get(solver), "check_options", None)
     if check:
-        check(**options)
+        check(**{k: v for k, v in options.items() if k != "progress"})
+
+
+def _spelled(name: str) -> str:
+    return OPTIONS[name].flag if name in OPTIONS and OPTIONS[name].cli else "--" + name.replace("_", "-")
+
+
+def _check_value(option: Option, value) -> None:
+    flag = option.flag if option.cli else option.name
+    if option.type is object:
+        return
+    if option.type in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                        or (option.type is int and not isinstance(value, int))):
+        raise InputError(f"{flag} must be a {'whole ' if option.type is int else ''}number, got {value!r}")
+    if option.type is int and value < 1:
+        raise InputError(f"{flag} must be a whole number >= 1, got {value!r} (leave it out for the default)")
+    if option.type is float and not value > 0:
+        raise InputError(f"{flag} must be positive, got {value!r} (leave it out for the default)")
+    if option.type is bool and not isinstance(value, bool):
+        raise InputError(f"{flag}: expected true or false, got {value!r}")
+    if option.choices and value not in option.choices:
+        raise InputError(f"{flag} must be one of {', '.join(option.choices)}, got {value!r}")
 
 
 def resolve(problem, solver: str) -> tuple[str, str | None]:
@@ -96,20 +189,25 @@ def solve(problem, solver: str = "heft", *, time_limit: float = 60.0, seed: int 
     """Solve ``problem`` with the named solver (``auto``: chosen by :func:`resolve`, which a note on the plan
     says), after checking it handles the objective and the options.
 
-    ``progress`` (a callable taking one line) is passed to solvers that report progress, dropped for others.
+    ``progress`` (a callable taking one line) hears a solver that reports progress as it goes, and the result
+    of one that does not.
     """
     solver, because = resolve(problem, solver)
     if because:
         plan = solve(problem, solver, time_limit=time_limit, seed=seed, **options)
         return replace(plan, notes=(f"auto chose {solver}: {because}",) + plan.notes)
     check_request(problem.objective.kind, solver, time_limit)
-    module = get(solver)
-    if "progress" not in inspect.signature(module.solve).parameters:
-        options.pop("progress", None)
+    progress: Callable[[str], None] | None = options.pop("progress", None)
     check_options(solver, options)
+    if progress and takes_progress(solver):
+        options["progress"] = progress
     started = time.perf_counter()
-    plan = module.solve(problem, time_limit=time_limit, seed=seed, **options)
-    return settle_status(plan, time_limit, max(plan.solve_time_s, time.perf_counter() - started))
+    plan = get(solver).solve(problem, time_limit=time_limit, seed=seed, **options)
+    plan = settle_status(plan, time_limit, max(plan.solve_time_s, time.perf_counter() - started))
+    if progress and not takes_progress(solver):
+        progress(f"  {solver}: {plan.objective:.6g}, bound {plan.bound:.6g} ({plan.bound_source}) in "
+                 f"{plan.solve_time_s:.2f} s")
+    return plan
 
 
 PROVEN_GAP = 1e-5  # a plan within 0.001% of its proven bound is "optimal" (MILP solvers use 1e-4)

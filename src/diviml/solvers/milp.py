@@ -144,11 +144,11 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: str = "auto",
-          symmetry: str = "tasks", threads: int | None = None, progress=None) -> Plan:
+          symmetry: str = "tasks", workers: int | None = None, progress=None) -> Plan:
     def run(jobs: JobGraph, upper: float, budget: float) -> Outcome:
         if progress:
             progress(f"  milp: {len(jobs.jobs)} jobs, engine {engine}, {budget:.1f} s")
         return solve_jobs(jobs, upper=upper, time_limit=budget, seed=seed, engine=engine, symmetry=symmetry,
-                          threads=threads)
+                          threads=workers)
     return exact_search(problem, NAME, run, time_limit=time_limit, symmetry=symmetry, progress=progress,
                         engine_bound=MILP)

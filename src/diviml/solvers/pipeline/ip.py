@@ -167,7 +167,7 @@ def warm_start(problem: Problem, watch: Stopwatch) -> Plan | None:
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: str = "auto",
-          symmetry: str = "busy", threads: int | None = None, progress=None) -> Plan:
+          symmetry: str = "busy", workers: int | None = None, progress=None) -> Plan:
     if symmetry not in CRITERIA:
         from ...errors import InputError
         raise InputError(f"unknown symmetry criterion {symmetry!r}: choose {', '.join(CRITERIA)}")
@@ -181,7 +181,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
     if progress:
         progress(f"  ip: {m.num_vars} variables, {len(m.rows)} rows, warm start "
                  f"{start.objective:.6g} ({start.solver})" if start else "  ip: no warm start")
-    result = solve_linear(m, time_limit=max(watch.left, 0.1), seed=seed, hint=hint, engine=engine, threads=threads)
+    result = solve_linear(m, time_limit=max(watch.left, 0.1), seed=seed, hint=hint, engine=engine, threads=workers)
     notes = [result.note] if result.note else []
     stats = {"ip_variables": float(m.num_vars), "ip_rows": float(len(m.rows)), "ip_engine": result.engine}
     if result.status == "infeasible":

@@ -1,0 +1,84 @@
+"""What every registered solver promises, checked for each objective it claims (as scikit-learn's
+check_estimator does for estimators): a new solver is tested the day it is registered.
+
+- a plan the independent validator accepts, of the objective asked for, named after the solver;
+- a bound no larger than the objective, named by its source, and a status that means one thing;
+- the time limit held: wall time at most the limit plus a stated slack;
+- the same plan for the same seed, where the solver claims determinism;
+- an option it does not take, or a bad value, refused in one line naming what it takes.
+"""
+
+import random
+import time
+
+import pytest
+
+import diviml
+from diviml import InputError, Objective, Problem
+from diviml.bounds import BOUND_SOURCES
+from diviml.frontends import neurips2020
+from diviml.generators import layered_dag
+from diviml.solvers import OPTIONS, REGISTRY, options_of
+
+LIMIT_S = 3.0
+# start-up of worker processes, the last validation and simulation, and a loaded 2-core machine
+SLACK_S = 2.5
+
+CASES = [(name, kind) for name, info in REGISTRY.items() for kind in info.objectives]
+
+
+def _scenario(seed: int = 4, n: int = 9) -> dict:
+    """A NeurIPS 2020 scenario (two accelerators, one CPU) for the call-latency objective."""
+    rng = random.Random(seed)
+    nodes = [{"id": i, "cpuLatency": rng.uniform(5, 40), "fpgaLatency": rng.uniform(0.5, 8), "size": 1,
+              "supportedOnFpga": 1, "isBackwardNode": 0} for i in range(n)]
+    edges = [{"sourceId": i, "destId": i + 1, "cost": rng.uniform(0.2, 6)} for i in range(n - 1)]
+    return {"maxFPGAs": 2, "maxCPUs": 1, "maxSizePerFPGA": 100, "nodes": nodes, "edges": edges}
+
+
+def problem_for(kind: str) -> Problem:
+    if kind == "call-latency":
+        data = _scenario()
+        return Problem(neurips2020.graph_from_scenario(data, "conformance"),
+                       neurips2020.platform_from_scenario(data), Objective("call-latency", max_calls=2))
+    return Problem(layered_dag(14, seed=3), diviml.preset("paper-server"),
+                   Objective(kind, 4 if kind == "batch" else None))
+
+
+@pytest.mark.parametrize("solver,kind", CASES)
+def test_a_valid_plan_with_a_named_bound_within_the_time_limit(solver, kind):
+    problem = problem_for(kind)
+    started = time.perf_counter()
+    plan = diviml.solve(problem, solver, time_limit=LIMIT_S, seed=1)
+    wall = time.perf_counter() - started
+    assert diviml.validate(plan, problem).ok
+    assert plan.solver == solver and plan.objective_kind == kind
+    assert plan.bound <= plan.objective * (1 + 1e-9) and plan.bound_source in BOUND_SOURCES
+    assert plan.status in ("optimal", "feasible", "timeout")
+    assert plan.status != "optimal" or plan.gap <= 1e-4
+    assert wall <= LIMIT_S + SLACK_S, f"{solver} on {kind} took {wall:.2f} s for a {LIMIT_S} s limit"
+
+
+@pytest.mark.parametrize("solver,kind", [(s, k) for s, k in CASES if REGISTRY[s].deterministic])
+def test_a_deterministic_solver_gives_the_same_plan_for_the_same_seed(solver, kind):
+    problem = problem_for(kind)
+    first, second = (diviml.solve(problem, solver, time_limit=20, seed=7) for _ in range(2))
+    assert first.assignments == second.assignments and first.objective == second.objective
+
+
+@pytest.mark.parametrize("solver", list(REGISTRY))
+def test_an_option_the_solver_does_not_take_is_refused_naming_those_it_takes(solver):
+    problem = problem_for(REGISTRY[solver].objectives[0])
+    foreign = next(name for name in OPTIONS if name not in options_of(solver))
+    with pytest.raises(InputError, match=f"takes no option .*the options it takes") as refused:
+        diviml.solve(problem, solver, time_limit=LIMIT_S, **{foreign: 1})
+    assert "\n" not in str(refused.value)
+    for name in options_of(solver):
+        if OPTIONS[name].type in (int, float):
+            with pytest.raises(InputError, match="must be"):
+                diviml.solve(problem, solver, time_limit=LIMIT_S, **{name: 0})
+
+
+def test_every_option_a_solver_takes_is_in_the_one_option_map():
+    for solver in REGISTRY:
+        assert set(options_of(solver)) <= set(OPTIONS), solver
