@@ -32,8 +32,8 @@ import diviml
 from diviml import catalogue
 from diviml.frontends import pytorch
 from diviml.frontends.host import HOST_TYPE
-from diviml.validate import validate
 from diviml.frontends.zoo import get
+from diviml.validate import validate
 
 OUT = Path(__file__).parent / "results" / "headline.md"
 MODELS = ("resnet50", "googlenet", "inception_v3", "densenet121", "mobilenet_v3_large", "efficientnet_b0",

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from diviml.frontends import zoo
 from diviml.catalogue import CATALOGUE
+from diviml.frontends import zoo
 from diviml.frontends.pytorch import MIN_TIMING_S, WARMUP_S_CUDA, calibrate, capture, measured_device_type, profile_zoo
 
 RESULTS = Path(__file__).parent / "results"

@@ -115,8 +115,9 @@ dist.destroy_process_group()
 
 def link() -> str:
     """One-way gloo send/recv time between two ranks on this host, by ping-pong."""
-    from diviml.runtime._dist import free_port
     import os
+
+    from diviml.runtime._dist import free_port
     port = free_port()
     with tempfile.TemporaryDirectory() as d:
         script = Path(d) / "pingpong.py"

@@ -1,14 +1,13 @@
 from itertools import product
 
 import pytest
+from conftest import graph, two_device_platform
 
 import diviml
 from diviml import Objective, Problem
 from diviml.bounds import critical_path_bound, lower_bound, work_bound
 from diviml.generators import layered_dag
 from diviml.simulate import pipeline_loads
-
-from conftest import graph, two_device_platform
 
 
 def test_critical_path_uses_each_tasks_fastest_device_and_free_transfers():

@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
 EXAMPLE = str(REPO / "examples" / "layered40.json")
@@ -87,7 +86,7 @@ HUGE = json.dumps({"tasks": [{"id": "a", "time": {"cpu": 1, "a100": 1}, "memory_
     (lambda t: [EXAMPLE, "--time-limit", "-1"], "time limit must be positive"),
     (lambda t: [EXAMPLE, "--objective", "pipeline", "--solver", "heft"], "does not handle objective"),
     (lambda t: [_write(t, "empty.json", "[]")], "neither a diviml graph"),
-    (lambda t: [EXAMPLE, "--piece-size", "0"], "piece size must be at least 1 task"),
+    (lambda t: [EXAMPLE, "--piece-size", "0"], "--piece-size must be a whole number >= 1"),
 ])
 def test_bad_input_gives_exit_2_one_line_and_no_output_file(tmp_path, make_args, message):
     out = tmp_path / "plan.json"

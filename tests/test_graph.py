@@ -1,11 +1,10 @@
 import math
 
 import pytest
+from conftest import graph
 
 from diviml import InputError, Objective, Platform, Problem, Task, TaskGraph
 from diviml.graph import time_at_batch
-
-from conftest import graph
 
 
 def test_json_round_trip_keeps_every_field(tmp_path):
@@ -72,6 +71,7 @@ def test_batch_times_come_from_the_table_or_are_interpolated_and_flagged():
 def test_concurrent_writers_of_one_file_neither_fail_nor_leave_it_half_written(tmp_path):
     import json
     import threading
+
     from diviml.graph import write_text_atomic
     target = tmp_path / "plan.json"
     payloads = [json.dumps({"writer": w, "pad": "x" * 100_000}) for w in range(4)]

@@ -92,8 +92,9 @@ def test_platform_files_load_from_yaml(tmp_path):
 
 
 def _paper(change) -> dict:
-    import yaml
     from importlib import resources
+
+    import yaml
     data = yaml.safe_load((resources.files("diviml") / "presets" / "paper-server.yaml").read_text())
     change(data)
     return data

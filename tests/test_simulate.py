@@ -1,9 +1,8 @@
 import pytest
+from conftest import graph, two_device_platform
 
 from diviml import Objective, Problem, ValidationError
 from diviml.simulate import latency, pipeline_loads, schedule
-
-from conftest import graph, two_device_platform
 
 
 def _diamond(kind="latency", **obj):

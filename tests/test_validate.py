@@ -1,12 +1,11 @@
 from dataclasses import replace
 
 import pytest
+from conftest import graph, two_device_platform
 
 import diviml
 from diviml import Assignment, Objective, Problem, ValidationError
 from diviml.validate import check, validate
-
-from conftest import graph, two_device_platform
 
 
 def _problem(kind="latency", **obj):

@@ -19,7 +19,7 @@ from .simulate import latency, pipeline_loads, schedule
 from .solvers import solve
 from .validate import check, validate
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one place the version is written (pyproject.toml reads it); see CHANGELOG.md
 
 __all__ = [
     "Assignment", "Device", "DivimlError", "InfeasibleError", "InputError", "Link", "Objective", "Plan",

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from . import graph, solvers
 from .errors import DivimlError, InputError
-from .graph import write_files_atomic
 from .frontends import neurips2020
-from .frontends.pytorch import MIN_TIMING_S
 from .frontends.models import model_graph, names_a_model
+from .frontends.pytorch import MIN_TIMING_S
+from .graph import write_files_atomic
 from .io import DEFAULT_PLATFORM, Input, load_input, problem_of
 from .plan import Plan, format_gap
 from .platform import preset, preset_names

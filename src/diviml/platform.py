@@ -27,7 +27,8 @@ import yaml
 
 from .catalogue import CATALOGUE, GPU_LAUNCH, DeviceSpec
 from .errors import InputError, in_file
-from .graph import Task, _num as _json_num, whole_number
+from .graph import Task, whole_number
+from .graph import _num as _json_num
 
 
 @dataclass(frozen=True)

@@ -115,8 +115,8 @@ def test_call_latency_runs_an_accelerator_set_as_one_call_with_hops_in_and_out()
 
 
 def test_call_latency_allows_at_most_q_calls_per_accelerator():
-    from diviml.simulate import call_latency
     from diviml import ValidationError
+    from diviml.simulate import call_latency
     placement = {"1": "acc0", "2": "cpu0", "3": "acc0"}
     with pytest.raises(ValidationError, match="needs 2 calls"):
         call_latency(_call_problem(1), placement)

@@ -75,11 +75,11 @@ def test_the_page_draws_hostile_names_as_text_and_answers_hover_toggle_and_zoom(
 
 def test_a_plan_of_twenty_thousand_tasks_opens_as_merged_bars_that_zooming_takes_apart(browser, tmp_path):
     import random
+    from dataclasses import replace
 
     from diviml import Assignment, Plan
     from diviml.generators import layered_dag
     from diviml.simulate import schedule
-    from dataclasses import replace
     g = layered_dag(20_000, seed=1)
     g = TaskGraph.create([replace(t, memory_bytes=0.0) for t in g.tasks], g.edges)
     problem = Problem(g, diviml.preset("paper-server"))

@@ -131,6 +131,7 @@ def test_a_piece_per_task_when_asked_and_the_program_still_matches():
     assert all(len(p.tasks) == 1 for p in program.pieces["worker0"])
     assert len(program.pieces["worker0"]) > len(cut(captured, order).pieces["worker0"]) == 1
     import torch
+
     from diviml.runtime._execute import Executor
     values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
     executor = Executor(program, {"worker0": torch.device("cpu")}, {"worker0": 1},

@@ -70,7 +70,7 @@ def test_a_deterministic_solver_gives_the_same_plan_for_the_same_seed(solver, ki
 def test_an_option_the_solver_does_not_take_is_refused_naming_those_it_takes(solver):
     problem = problem_for(REGISTRY[solver].objectives[0])
     foreign = next(name for name in OPTIONS if name not in options_of(solver))
-    with pytest.raises(InputError, match=f"takes no option .*the options it takes") as refused:
+    with pytest.raises(InputError, match="takes no option .*the options it takes") as refused:
         diviml.solve(problem, solver, time_limit=LIMIT_S, **{foreign: 1})
     assert "\n" not in str(refused.value)
     for name in options_of(solver):

@@ -5,8 +5,8 @@ import pytest
 import diviml
 from diviml import Objective, Problem, preset
 from diviml.frontends.pytorch import profile_zoo
-from diviml.solvers.engines.plans import evaluate
 from diviml.solvers.engines.jobs import batch_splits
+from diviml.solvers.engines.plans import evaluate
 from diviml.validate import validate
 
 

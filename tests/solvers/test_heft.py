@@ -1,13 +1,13 @@
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from conftest import graph, two_device_platform
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import diviml
 from diviml import Objective, Problem
 from diviml.generators import layered_dag
 from diviml.solvers.baselines.heft import heft_schedule, upward_ranks
 from diviml.solvers.engines.jobs import JobGraph
-
-from conftest import graph, two_device_platform
 
 
 def _heft(p):

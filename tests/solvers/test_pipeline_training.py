@@ -5,8 +5,8 @@ the forward order between their consumers' and producers' stages (Tarnawski et a
 contiguous IP and a brute force over every placement must agree on hand-made and generated graphs.
 """
 
-from itertools import product
 import random
+from itertools import product
 
 import pytest
 

@@ -11,10 +11,9 @@ from conftest import busy_machine, graph
 import diviml
 from diviml import Objective, Problem, Task, TaskGraph
 from diviml.generators import layered_dag
-from diviml.solvers import split as split_solver
-from diviml.solvers.split import _worker as split_worker
 from diviml.solvers.engines.jobs import JobGraph
 from diviml.solvers.engines.modules import detect
+from diviml.solvers.split import _worker as split_worker
 from diviml.solvers.split import repair_memory
 from diviml.validate import validate
 

@@ -338,8 +338,8 @@ def _matplotlib_bytes(plan: Plan, problem: Problem, fmt: str) -> bytes:
                 [[(tr.start, row[tr.src] + 0.3 * (1 if row[tr.dst] > row[tr.src] else -1)),
                   (tr.finish, row[tr.dst] - 0.3 * (1 if row[tr.dst] > row[tr.src] else -1))] for tr in shown],
                 colors=TRANSFER, linewidths=0.6, alpha=0.7))
-        from matplotlib.patches import Patch
         from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
         named = list(colours.items())
         handles = [Patch(color=c, label=k) for k, c in named[:LEGEND_MAX]]
         if len(named) > LEGEND_MAX:

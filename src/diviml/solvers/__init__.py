@@ -150,9 +150,6 @@ def check_options(solver: str, options: dict) -> None:
     for name, value in options.items():
         if name in OPTIONS and value is not None:
             _check_value(OPTIONS[name], value)
-    check = getattr(get(solver), "check_options", None)
-    if check:
-        check(**{k: v for k, v in options.items() if k != "progress"})
 
 
 def _spelled(name: str) -> str:

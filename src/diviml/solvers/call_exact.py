@@ -37,8 +37,8 @@ from ..plan import Plan
 from ..problem import Problem
 from ..simulate import call_latency
 from .baselines import best_device, greedy
-from .engines.plans import Stopwatch, make_plan
 from .engines.cpsat import Progress
+from .engines.plans import Stopwatch, make_plan
 from .engines.symmetry import groups
 
 NAME = "call-exact"

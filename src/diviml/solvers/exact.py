@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..bounds import CP_SAT
-from ..errors import InputError
 from ..plan import Plan
 from ..problem import Problem
 from . import split
@@ -78,8 +77,3 @@ def pays_to_decompose(problem: Problem, chain) -> bool:
     sizes = piece_sizes(chain)
     return (problem.objective.kind == "latency" and len(sizes) > 1
             and max(sizes) <= LARGEST_PIECE_SHARE * sum(sizes) and split.separable(problem, chain))
-
-
-def check_options(*, piece_size: int = PIECE_SIZE, **_) -> None:
-    if piece_size < 1:
-        raise InputError(f"piece size must be at least 1 task, got {piece_size}")

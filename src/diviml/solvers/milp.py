@@ -19,8 +19,8 @@ from ..problem import Problem
 from .engines.jobs import JobGraph
 from .engines.linear import LinearModel, solve_linear
 from .engines.outcome import Outcome
-from .search import exact_search, heft_hint
 from .engines.symmetry import groups
+from .search import exact_search, heft_hint
 
 NAME = "milp"
 SCALE = 1000.0

@@ -17,11 +17,10 @@ from ..errors import InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
 from .baselines import best_device, heft
-from .engines.plans import Stopwatch, better_bound, plan_from_jobs
 from .engines.jobs import JobGraph, batch_splits
 from .engines.outcome import Engine
+from .engines.plans import Stopwatch, better_bound, plan_from_jobs
 from .engines.symmetry import CRITERIA, relabel
-
 
 BASELINE_S_PER_TASK = 1e-4  # HEFT, its simulation and validation, per task (50,000 tasks: about 5 s)
 

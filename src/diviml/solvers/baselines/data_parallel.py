@@ -14,9 +14,9 @@ import math
 
 from ...errors import InfeasibleError, InputError
 from ...problem import Problem
-from . import best_device
 from ..engines.jobs import proportional, speeds
 from ..engines.plans import Stopwatch, evaluate, make_plan
+from . import best_device
 
 NAME = "data-parallel"
 MAX_COMPOSITIONS = 2000

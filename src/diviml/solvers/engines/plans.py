@@ -12,7 +12,6 @@ from ...simulate import Parts, call_latency, parts_from_placement, pipeline_load
 from ...validate import check
 from .jobs import JobGraph
 
-
 VALIDATE_S_PER_TASK = 2e-5  # the validator's time per task (50,000 tasks: about 1 s), kept out of the bound's
 
 

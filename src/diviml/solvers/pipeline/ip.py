@@ -20,11 +20,11 @@ from ...errors import DivimlError
 from ...plan import Plan
 from ...problem import Problem
 from ..baselines import greedy
-from . import dp as pipeline_dp
-from ..engines.plans import Stopwatch, make_plan
 from ..engines.linear import LinearModel, solve_linear
-from .common import Contracted
+from ..engines.plans import Stopwatch, make_plan
 from ..engines.symmetry import CRITERIA, groups
+from . import dp as pipeline_dp
+from .common import Contracted
 
 NAME = "ip"
 

@@ -41,8 +41,8 @@ single device); its bound is the problem's lower bound.
 
 from __future__ import annotations
 
-from ._chain import chain_bounds, check_options, separable, solve, solve_chain
+from ._chain import chain_bounds, separable, solve, solve_chain
 from ._messages import NAME
 from ._partial import repair_memory
 
-__all__ = ["NAME", "chain_bounds", "check_options", "repair_memory", "separable", "solve", "solve_chain"]
+__all__ = ["NAME", "chain_bounds", "repair_memory", "separable", "solve", "solve_chain"]

@@ -7,7 +7,7 @@ import os
 from dataclasses import replace
 
 from ...bounds import MODULE_DP
-from ...errors import InfeasibleError, InputError
+from ...errors import InfeasibleError
 from ...plan import Plan
 from ...problem import Problem
 from ..engines.jobs import JobGraph
@@ -18,13 +18,6 @@ from ._join import join, plan_of
 from ._messages import NAME
 from ._partial import takes_time
 from ._pool import Background, Pool
-
-
-def check_options(*, module_size: int = 20, module_time_limit: float = 0.5, **_) -> None:
-    if module_size < 1:
-        raise InputError(f"module size must be at least 1 task, got {module_size}")
-    if not module_time_limit > 0:
-        raise InputError(f"module time limit must be positive, got {module_time_limit}")
 
 
 def separable(problem: Problem, chain: Chain) -> bool:
@@ -52,7 +45,6 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     stays whole: its cuts are exact), each solve given at most ``module_time_limit`` seconds of work
     (CP-SAT's deterministic time, :data:`.cpsat.WORK_PER_SECOND`: the plan does not depend on the machine's
     load; ``time_limit`` is on the clock)."""
-    check_options(module_size=module_size, module_time_limit=module_time_limit)
     whole_size = 2 * module_size
     return solve_chain(problem, detect(problem.graph, module_size, whole_size=whole_size), time_limit=time_limit,
                        seed=seed, workers=workers, module_time_limit=module_time_limit, progress=progress,

@@ -13,8 +13,18 @@ from ..engines.jobs import JobGraph
 from ..engines.modules import Chain
 from ..engines.plans import Stopwatch, plan_from_jobs
 from ._messages import NAME, Answer, Partial, Request
-from ._partial import (Lookahead, advance, critical_path, dominates, hoist, origin_terms, pins, releases,
-                       repair_memory, takes_time)
+from ._partial import (
+    Lookahead,
+    advance,
+    critical_path,
+    dominates,
+    hoist,
+    origin_terms,
+    pins,
+    releases,
+    repair_memory,
+    takes_time,
+)
 from ._pool import Pool
 
 

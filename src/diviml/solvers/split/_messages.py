@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-
 NAME = "split"
 MIN_BUDGET = 0.02  # seconds of work: below this a module solve keeps its first schedule
 SMALL_MODULE = 40  # jobs; CP-SAT without presolve and linearization up to this size (see cpsat.solve_jobs)

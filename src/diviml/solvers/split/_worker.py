@@ -16,7 +16,6 @@ from ..search import baseline_plan, bound_share_beside
 from ._messages import MIN_BUDGET, SMALL_MODULE, Answer, Request
 from ._partial import critical_path
 
-
 _PROBLEM: Problem | None = None  # the problem a pool worker solves modules of
 
 
