@@ -16,6 +16,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 
+from .graph import longest_paths
 from .problem import Problem
 
 # what proved a plan's bound (Plan.bound_source): the three bounds here, and the solvers' own
@@ -60,9 +61,7 @@ def critical_path_bound(problem: Problem) -> float:
         return max(cost.values(), default=0.0)
     # latency, batch and call-latency: the longest path (host CPUs run in parallel, so no work bound
     # for call-latency beyond it)
-    longest: dict[str, float] = {}
-    for t in graph.topological_order:
-        longest[t] = cost[t] + max((longest[u] for u in graph.predecessors[t]), default=0.0)
+    longest = longest_paths(graph.topological_order, graph.predecessors.__getitem__, cost.__getitem__)
     return max(longest.values(), default=0.0)
 
 
@@ -281,3 +280,21 @@ def share_lower_bound(problem: Problem, value: float, source: str = "") -> None:
     that it is not computed again here."""
     if "lower_bound" not in problem.__dict__:
         problem.__dict__["lower_bound"], problem.__dict__["lower_bound_source"] = value, source
+
+
+def serial_upper_bound(problem: Problem) -> float:
+    """A makespan every feasible plan can reach: tasks one after another, each at its slowest, paying its worst
+    transfer (call-latency: its output hopped in and out of host memory). The one serial bound of diviml:
+    where no baseline plan is at hand, it scales the exact models' time."""
+    graph, platform = problem.graph, problem.platform
+    if problem.objective.kind == "call-latency":
+        hops = [d for d in platform.devices if not d.is_host]
+        return sum(max((problem.time(t.id, d) for d in problem.allowed_devices[t.id]), default=0.0)
+                   + 2 * max((platform.hop_time(t, d) for d in hops), default=0.0) for t in graph.tasks)
+    n = problem.batch_size
+    total = 0.0
+    for t in graph.tasks:
+        total += max(problem.time(t.id, d, n) for d in problem.allowed_devices[t.id])
+        total += max((platform.transfer_time(t, a.name, b.name, n / graph.batch_size)
+                      for a in platform.devices for b in platform.devices), default=0.0)
+    return total

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Hashable, Iterable, Mapping
 
 import networkx as nx
 
@@ -236,6 +236,26 @@ class TaskGraph:
     @staticmethod
     def load(path: str | Path) -> "TaskGraph":
         return TaskGraph.from_dict(read_json(path))
+
+
+def longest_paths(order: Iterable[Hashable], predecessors: Callable[[Hashable], Iterable[Hashable]],
+                  cost: Callable[[Hashable], float], *, edge: Callable[[Hashable, Hashable], float] | None = None,
+                  release: Callable[[Hashable], float] | None = None) -> dict:
+    """The length of the longest path ending at each node, its own ``cost`` included: ``cost(v)`` after the
+    latest of ``release(v)`` (default 0) and each predecessor's length plus ``edge(u, v)`` (default 0). Nodes
+    come in ``order``, a topological order of ``predecessors``; pass the reversed order and the successors for
+    the longest path from each node to a sink. The one longest-path computation of diviml.
+
+    >>> longest_paths("abc", {"a": "", "b": "a", "c": "ab"}.get, {"a": 1, "b": 2, "c": 3}.get)
+    {'a': 1, 'b': 3, 'c': 6}
+    """
+    length: dict = {}
+    for v in order:
+        ready = release(v) if release else 0.0
+        for u in predecessors(v):
+            ready = max(ready, length[u] + edge(u, v) if edge else length[u])
+        length[v] = cost(v) + ready
+    return length
 
 
 def time_at_batch(task: Task, device_type: str, batch: int, base_batch: int) -> tuple[float, bool]:

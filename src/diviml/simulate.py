@@ -18,6 +18,7 @@ from typing import Mapping, Sequence
 import networkx as nx
 
 from .errors import ValidationError
+from .graph import longest_paths
 from .problem import Problem
 
 
@@ -80,13 +81,9 @@ def _inputs(graph, parts: Parts, task: str, lo: int, hi: int) -> list[tuple[str,
 def bottom_levels(problem: Problem, device_of: Mapping[str, str]) -> dict[str, float]:
     """Longest path from each task to a sink, with the given devices' times and transfers."""
     graph, platform = problem.graph, problem.platform
-    level: dict[str, float] = {}
-    for t in reversed(graph.topological_order):
-        best = 0.0
-        for s in graph.successors[t]:
-            best = max(best, platform.transfer_time(graph.by_id[t], device_of[t], device_of[s]) + level[s])
-        level[t] = problem.time(t, device_of[t]) + best
-    return level
+    return longest_paths(reversed(graph.topological_order), graph.successors.__getitem__,
+                         lambda t: problem.time(t, device_of[t]),
+                         edge=lambda s, t: platform.transfer_time(graph.by_id[t], device_of[t], device_of[s]))
 
 
 def schedule(problem: Problem, parts: Parts, order: Mapping[str, Sequence[tuple[str, int]]] | None = None) -> Schedule:

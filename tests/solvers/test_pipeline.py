@@ -55,12 +55,12 @@ def test_the_contiguous_ip_agrees_with_the_dp(seed):
 
 
 def brute_force(p: Problem, contiguous: bool) -> float:
-    from diviml.validate import _contiguity_violations
+    from diviml.validate import contiguity_violations
     devices = [d.name for d in p.platform.devices]
     best = float("inf")
     for combo in product(devices, repeat=len(p.graph)):
         placement = dict(zip(p.graph.topological_order, combo))
-        if contiguous and _contiguity_violations(p, placement):
+        if contiguous and contiguity_violations(p, placement):
             continue
         best = min(best, pipeline_loads(p, placement).objective)
     return best

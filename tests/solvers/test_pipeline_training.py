@@ -14,7 +14,7 @@ import diviml
 from diviml import Objective, Problem
 from diviml.frontends.neurips2020 import graph_from_scenario, platform_from_scenario
 from diviml.simulate import pipeline_loads
-from diviml.validate import _contiguity_violations, validate
+from diviml.validate import contiguity_violations, validate
 
 
 def scenario(nodes, edges, k=2, l=1, memory=1e12) -> dict:
@@ -39,7 +39,7 @@ def brute_force(p: Problem, keep=lambda placement: True) -> float:
     for combo in product(devices, repeat=len(units)):
         placement = {t: d for members, d in zip(units, combo) for t in members}
         if (any(d not in p.allowed_devices[t] for t, d in placement.items()) or not keep(placement)
-                or _contiguity_violations(p, placement)):
+                or contiguity_violations(p, placement)):
             continue
         best = min(best, pipeline_loads(p, placement).objective)
     return best
@@ -72,9 +72,9 @@ def test_an_orphan_may_sit_on_any_stage_from_its_consumers_to_its_producers_and_
     stages = {"1": "acc0", "11": "acc0", "2": "acc1", "3": "acc1", "12": "acc1", "13": "acc1",
               "4": "acc2", "14": "acc2"}
     for device, contiguous in (("acc0", True), ("acc1", True), ("acc2", False)):
-        assert (_contiguity_violations(p, stages | {"9": device}) == []) == contiguous, device
+        assert (contiguity_violations(p, stages | {"9": device}) == []) == contiguous, device
     alone = {t: "acc0" for t in stages} | {"9": "acc1"}  # its own stage, between b1's and b2's: a cycle
-    assert _contiguity_violations(p, alone)
+    assert contiguity_violations(p, alone)
 
 
 def test_a_loss_class_with_several_members_is_ordered_after_the_last_forward_stage():

@@ -31,15 +31,15 @@ from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
-from ..bounds import CP_SAT
+from ..bounds import CP_SAT, serial_upper_bound
 from ..errors import DivimlError, InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
 from ..simulate import call_latency
 from .baselines import best_device, greedy
 from .engines.cpsat import Progress
-from .engines.plans import Stopwatch, make_plan
-from .engines.symmetry import groups
+from .engines.plans import Stopwatch, best_of, make_plan
+from .engines.symmetry import groups, relabel_by_score
 
 NAME = "call-exact"
 
@@ -183,12 +183,9 @@ class CallModel:
 
     def relabel(self, placement: dict[str, str]) -> dict[str, str]:
         """Identical accelerators renamed so that their first tasks come in the order the symmetry asks."""
-        mapping = {}
-        for g in self.groups:
-            first = {d: min((self.position[t] for t, dd in placement.items() if dd == d), default=math.inf)
-                     for d in g}
-            mapping.update(zip(sorted(g, key=lambda d: (first[d], g.index(d))), g))
-        return {t: mapping.get(d, d) for t, d in placement.items()}
+        first = {d: min((self.position[t] for t, dd in placement.items() if dd == d), default=math.inf)
+                 for g in self.groups for d in g}
+        return relabel_by_score(placement, self.groups, lambda d: -first[d])
 
     def add_hint(self, placement: dict[str, str]) -> bool:
         """Hint the placement's assignment (its calls as the simulator cuts them); False if it has none here."""
@@ -232,27 +229,12 @@ class CallModel:
 def warm_start(problem: Problem, watch: Stopwatch, workers: int | None) -> Plan | None:
     """The better of greedy and best-device (each given a small share of the time); with q > 1 calls also
     this solver's plan for one call (half the time), which q > 1 allows, on a model q times smaller."""
-    plans = []
-    for module in (greedy, best_device):
-        try:
-            plans.append(module.solve(problem, time_limit=max(watch.left / 10, 0.5)))
-        except DivimlError:
-            pass
+    attempts = [lambda module=module: module.solve(problem, time_limit=max(watch.left / 10, 0.5))
+                for module in (greedy, best_device)]
     if problem.objective.max_calls > 1:
         one = replace(problem, objective=replace(problem.objective, max_calls=1))
-        try:
-            plans.append(solve(one, time_limit=max(watch.left / 2, 0.5), workers=workers))
-        except DivimlError:
-            pass
-    return min(plans, key=lambda p: p.objective, default=None)
-
-
-def serial_bound(problem: Problem) -> float:
-    """A makespan no plan needs to exceed: every task at its slowest, every output hopped in and out."""
-    graph, platform = problem.graph, problem.platform
-    hops = [d for d in platform.devices if not d.is_host]
-    return sum(max((problem.time(t.id, d) for d in problem.allowed_devices[t.id]), default=0.0)
-               + 2 * max((platform.hop_time(t, d) for d in hops), default=0.0) for t in graph.tasks)
+        attempts.append(lambda: solve(one, time_limit=max(watch.left / 2, 0.5), workers=workers))
+    return best_of(attempts)
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
@@ -261,7 +243,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
         raise InputError(f"solver {NAME!r} handles objective call-latency only")
     watch = Stopwatch(time_limit)
     start = warm_start(problem, watch, workers)
-    model = CallModel(problem, start.objective if start and start.objective > 0 else serial_bound(problem))
+    model = CallModel(problem, start.objective if start and start.objective > 0 else serial_upper_bound(problem))
     hinted = start is not None and model.add_hint(start.placement)
     if progress:
         progress(f"  call-exact: {len(model.units)} calls, warm start "

@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..bounds import lower_bound, lower_bound_source
+from ..bounds import lower_bound, lower_bound_source, serial_upper_bound
 from ..errors import InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
-from .baselines import best_device, heft
+from .baselines import best_device, data_parallel, heft
 from .engines.jobs import JobGraph, batch_splits
 from .engines.outcome import Engine
-from .engines.plans import Stopwatch, better_bound, plan_from_jobs
+from .engines.plans import Stopwatch, best_of, better_bound, plan_from_jobs
 from .engines.symmetry import CRITERIA, relabel
 
 BASELINE_S_PER_TASK = 1e-4  # HEFT, its simulation and validation, per task (50,000 tasks: about 5 s)
@@ -32,17 +32,13 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
     (a caller running this beside other work, in a process of its own, can give it more: see
     :func:`bound_share_beside`)."""
     lower_bound(problem, watch.left * bound_share)
-    plans = []
+    attempts = []
     if problem.objective.kind == "batch" and best_device.candidates(problem):
-        from .baselines import data_parallel
-        plans.append(data_parallel.solve(problem, time_limit=max(watch.left / 10, 1e-3)))
-    try:
-        plans.append(heft.solve(problem, time_limit=max(watch.left, 1e-3)))
-    except InfeasibleError:
-        pass
+        attempts.append(lambda: data_parallel.solve(problem, time_limit=max(watch.left / 10, 1e-3)))
+    attempts.append(lambda: heft.solve(problem, time_limit=max(watch.left, 1e-3)))
     if best_device.candidates(problem):
-        plans.append(best_device.solve(problem, time_limit=max(watch.left, 1e-3)))
-    return min(plans, key=lambda p: p.objective, default=None)
+        attempts.append(lambda: best_device.solve(problem, time_limit=max(watch.left, 1e-3)))
+    return best_of(attempts)
 
 
 def bound_share_beside(problem: Problem, time_limit: float) -> float:
@@ -86,18 +82,6 @@ def promising_splits(problem: Problem) -> list[tuple[int, ...]]:
     if not math.isfinite(best):
         return splits
     return sorted((s for s in splits if value[s] <= SPLIT_SLACK * best), key=value.get)
-
-
-def serial_upper_bound(problem: Problem) -> float:
-    """A makespan every feasible plan can reach: jobs one after another, each paying its worst transfer."""
-    platform = problem.platform
-    n = problem.batch_size
-    total = 0.0
-    for t in problem.graph.tasks:
-        total += max(problem.time(t.id, d, n) for d in problem.allowed_devices[t.id])
-        total += max((platform.transfer_time(t, a.name, b.name, n / problem.graph.batch_size)
-                      for a in platform.devices for b in platform.devices), default=0.0)
-    return total
 
 
 def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: float, symmetry: str,

@@ -21,6 +21,7 @@ import time
 
 from ortools.sat.python import cp_model
 
+from ...graph import longest_paths
 from .jobs import JobGraph
 from .outcome import Outcome
 from .symmetry import groups
@@ -148,13 +149,10 @@ class _Model(cp_model.CpModel):
 def _heads_and_tails(jobs: JobGraph, ticks, duration: dict) -> tuple[dict, dict]:
     """Longest paths before / after each job with every job on its fastest device and free transfers."""
     fastest = {j: min(duration[j, d] for d in jobs.devices(j)) for j in jobs.jobs}
-    head, tail = {}, {}
-    for j in jobs.jobs:
-        released = min(ticks(jobs.released(j, d)) for d in jobs.devices(j))
-        head[j] = max([released] + [head[u] + fastest[u] for u in jobs.preds(j)])
-    for j in reversed(jobs.jobs):
-        tail[j] = max((fastest[v] + tail[v] for v in jobs.succs(j)), default=0)
-    return head, tail
+    end = longest_paths(jobs.jobs, jobs.preds, fastest.__getitem__,
+                        release=lambda j: min(ticks(jobs.released(j, d)) for d in jobs.devices(j)))
+    from_end = longest_paths(reversed(jobs.jobs), jobs.succs, fastest.__getitem__, release=lambda j: 0)
+    return {j: end[j] - fastest[j] for j in jobs.jobs}, {j: from_end[j] - fastest[j] for j in jobs.jobs}
 
 
 def _memory(m, jobs: JobGraph, x) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from typing import Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from ...bounds import lower_bound, lower_bound_source
+from ...errors import DivimlError
 from ...plan import Assignment, Plan
 from ...problem import Problem
 from ...simulate import Parts, call_latency, parts_from_placement, pipeline_loads, schedule
@@ -19,6 +20,18 @@ def better_bound(*bounds: tuple[float | None, str]) -> tuple[float, str]:
     """The largest of ``(value, source)`` pairs (None values skipped; on a tie the first)."""
     known = [(v, s) for v, s in bounds if v is not None]
     return max(known, key=lambda b: b[0]) if known else (0.0, "")
+
+
+def best_of(attempts: Iterable[Callable[[], Plan]]) -> Plan | None:
+    """The plan of least objective among ``attempts`` run in turn (a solve that finds no plan is skipped), or
+    None: how a solver warm-starts from baselines."""
+    plans = []
+    for attempt in attempts:
+        try:
+            plans.append(attempt())
+        except DivimlError:
+            pass
+    return min(plans, key=lambda p: p.objective, default=None)
 
 
 class Stopwatch:

@@ -8,30 +8,38 @@ lost; :func:`relabel` does that to a hint before it is given to a solver.
 
 from __future__ import annotations
 
-from typing import Callable, Hashable, Mapping
+from typing import Callable, Hashable, Iterable, Mapping
 
 CRITERIA = ("tasks", "busy", "none")
 
 
-def groups(problem) -> list[tuple[str, ...]]:
-    """Groups of identical devices whose members every task treats alike."""
-    out = []
-    for g in problem.platform.identical_groups:
-        out.append(tuple(g))
-    return out
+def groups(problem) -> tuple[tuple[str, ...], ...]:
+    """Groups of interchangeable devices (:attr:`diviml.platform.Platform.identical_groups`)."""
+    return problem.platform.identical_groups
+
+
+def relabel_by_score(device_of: Mapping[Hashable, str], groups: Iterable[tuple[str, ...]],
+                     score: Callable[[str], float]) -> dict[Hashable, str]:
+    """Permute devices inside each group so that ``score`` is non-increasing along the group (ties keep the
+    group's order): the one relabelling every solver's hint goes through.
+
+    >>> relabel_by_score({"a": "gpu0", "b": "gpu1", "c": "gpu1"}, [("gpu0", "gpu1")], {"gpu0": 1, "gpu1": 2}.get)
+    {'a': 'gpu1', 'b': 'gpu0', 'c': 'gpu0'}
+    """
+    mapping: dict[str, str] = {}
+    for g in groups:
+        ranked = sorted(g, key=lambda d: (-score(d), g.index(d)))
+        mapping.update(zip(ranked, g))
+    return {j: mapping.get(d, d) for j, d in device_of.items()}
 
 
 def relabel(device_of: Mapping[Hashable, str], problem, criterion: str,
             weight: Callable[[Hashable, str], float]) -> dict[Hashable, str]:
-    """Permute devices inside each group so that the criterion is non-increasing along the group."""
+    """Permute devices inside each group so that the criterion (jobs, or their ``weight``) is non-increasing
+    along the group."""
     if criterion == "none":
         return dict(device_of)
-    mapping: dict[str, str] = {}
-    for g in groups(problem):
-        score = {d: 0.0 for d in g}
-        for j, d in device_of.items():
-            if d in score:
-                score[d] += 1.0 if criterion == "tasks" else weight(j, d)
-        ranked = sorted(g, key=lambda d: (-score[d], g.index(d)))
-        mapping.update({old: new for old, new in zip(ranked, g)})
-    return {j: mapping.get(d, d) for j, d in device_of.items()}
+    score: dict[str, float] = {}
+    for j, d in device_of.items():
+        score[d] = score.get(d, 0.0) + (1.0 if criterion == "tasks" else weight(j, d))
+    return relabel_by_score(device_of, groups(problem), lambda d: score.get(d, 0.0))

@@ -13,16 +13,16 @@ Warm-started from the DP (contiguous optimum) or the greedy split; never returns
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import replace
 
 from ...bounds import IP
-from ...errors import DivimlError
 from ...plan import Plan
 from ...problem import Problem
 from ..baselines import greedy
 from ..engines.linear import LinearModel, solve_linear
-from ..engines.plans import Stopwatch, make_plan
-from ..engines.symmetry import CRITERIA, groups
+from ..engines.plans import Stopwatch, best_of, make_plan
+from ..engines.symmetry import CRITERIA, groups, relabel_by_score
 from . import dp as pipeline_dp
 from .common import Contracted
 
@@ -137,33 +137,23 @@ def hint_vector(m: LinearModel, maps, problem: Problem, contracted: Contracted, 
 
 
 def _relabel(problem: Problem, placement: dict[str, str], symmetry: str) -> dict[str, str]:
-    """Permute identical devices so the hint satisfies the symmetry order."""
+    """Permute identical devices so the hint satisfies the symmetry order (tasks, or busy time)."""
     from ...simulate import pipeline_loads
     if symmetry == "none":
         return placement
     total = pipeline_loads(problem, placement).total
-    mapping = {}
-    for g in groups(problem):
-        def score(d):
-            return sum(1 for v in placement.values() if v == d) if symmetry == "tasks" else total[d]
-        ranked = sorted(g, key=lambda d: (-score(d), g.index(d)))
-        mapping.update(dict(zip(ranked, g)))
-    return {t: mapping.get(d, d) for t, d in placement.items()}
+    count = Counter(placement.values())
+    return relabel_by_score(placement, groups(problem), count.__getitem__ if symmetry == "tasks" else total.get)
 
 
 def warm_start(problem: Problem, watch: Stopwatch) -> Plan | None:
     """The DP's contiguous optimum when it runs within a fifth of the time, else the greedy split."""
     contiguous = replace(problem, objective=replace(problem.objective, contiguous=True))
     if not (problem.is_training and problem.objective.training == "gpipe"):
-        try:
-            plan = pipeline_dp.solve(contiguous, time_limit=max(watch.left / 5, 0.5))
-            return replace(plan, objective_kind="pipeline")
-        except DivimlError:
-            pass
-    try:
-        return greedy.solve(contiguous, time_limit=max(watch.left / 10, 0.5))
-    except DivimlError:
-        return None
+        dp = best_of([lambda: pipeline_dp.solve(contiguous, time_limit=max(watch.left / 5, 0.5))])
+        if dp is not None:
+            return replace(dp, objective_kind="pipeline")
+    return best_of([lambda: greedy.solve(contiguous, time_limit=max(watch.left / 10, 0.5))])
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: str = "auto",

@@ -6,6 +6,7 @@ import bisect
 from dataclasses import replace
 
 from ...errors import InfeasibleError
+from ...graph import longest_paths
 from ...problem import Problem
 from ..engines.jobs import JobGraph, JobKey, earliest_gap
 from ..engines.modules import Chain
@@ -151,11 +152,10 @@ class Lookahead:
     def __init__(self, problem: Problem, chain: Chain, sizes: tuple[int, ...]):
         graph = problem.graph
         self.graph, self.module_of, self.constants = graph, chain.module_of, chain.constants
-        self.bottom: dict[JobKey, float] = {}
-        for t in reversed(graph.topological_order):
-            for l, b in enumerate(sizes):
-                fastest = min(problem.time(t, d, b) for d in problem.allowed_devices[t])
-                self.bottom[t, l] = fastest + max((self.bottom[s, l] for s in graph.successors[t]), default=0.0)
+        self.bottom: dict[JobKey, float] = longest_paths(
+            [(t, l) for t in reversed(graph.topological_order) for l in range(len(sizes))],
+            lambda j: [(s, j[1]) for s in graph.successors[j[0]]],
+            lambda j: min(problem.time(j[0], d, sizes[j[1]]) for d in problem.allowed_devices[j[0]]))
         self.last_module = {t: max((chain.module_of[s] for s in graph.successors[t]), default=-1)
                             for t in graph.topological_order}
 
@@ -167,17 +167,13 @@ class Lookahead:
 def critical_path(problem: Problem, tasks, sizes, release: dict) -> float:
     """A lower bound on a module's end after its origin: the longest path through ``tasks`` from their
     releases, each job on its fastest device, transfers free (for a solve skipped, the DP on bounds)."""
-    members = set(tasks)
-    ready: dict = {}
-    end = 0.0
-    for t in tasks:
-        for l, b in enumerate(sizes):
-            devices = problem.allowed_devices[t]
-            start = max([min(release.get(((t, l), d), 0.0) for d in devices)]
-                        + [ready[u, l] for u in problem.graph.predecessors[t] if u in members])
-            ready[t, l] = start + min(problem.time(t, d, b) for d in devices)
-            end = max(end, ready[t, l])
-    return end
+    members, allowed = set(tasks), problem.allowed_devices
+    ready = longest_paths(
+        [(t, l) for t in tasks for l in range(len(sizes))],
+        lambda j: [(u, j[1]) for u in problem.graph.predecessors[j[0]] if u in members],
+        lambda j: min(problem.time(j[0], d, sizes[j[1]]) for d in allowed[j[0]]),
+        release=lambda j: min(release.get((j, d), 0.0) for d in allowed[j[0]]))
+    return max(ready.values(), default=0.0)
 
 
 def origin_terms(problem: Problem, tasks: tuple[str, ...], sizes, constants: frozenset) -> tuple[frozenset, float]:
