@@ -4,7 +4,7 @@ of the join and the baselines, with its bound and counts."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from ...bounds import MODULE_DP
 from ...errors import InfeasibleError
@@ -14,7 +14,7 @@ from ..engines.jobs import JobGraph
 from ..engines.modules import Chain, detect
 from ..engines.plans import Stopwatch, better_bound
 from ..search import promising_splits
-from ._join import join, plan_of
+from ._join import Counts, JoinResult, join, plan_of
 from ._messages import NAME
 from ._partial import takes_time
 from ._pool import Background, Pool
@@ -51,6 +51,20 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
                        size_note=f"at most {module_size} tasks, whole series groups up to {whole_size}; ")
 
 
+@dataclass
+class _Walks:
+    """What the driver keeps across the walks of every batch split: the best plan (the baseline's until the
+    join beats it), the DP bound on a chain of series cuts, whether it is proven, counts, notes and stats."""
+    best: Plan | None = None
+    baseline: Plan | None = None
+    chain_bound: float | None = None
+    proven: bool = False
+    counts: Counts = field(default_factory=Counts)
+    passes: int = 0
+    notes: list[str] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+
 def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int = 0, workers: int | None = None,
                 module_time_limit: float, progress=None, label: str = NAME, size_note: str = "") -> Plan:
     """Solve each module of ``chain`` for every (state, exit) pair and join them; the best plan of the join
@@ -63,96 +77,107 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
         progress(f"{label}: {len(chain.modules)} modules ({size_note}{len(chain.series_points)} "
                  f"series points, {chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} "
                  f"tensors), {workers} worker(s)")
-    memory_binds = bool(JobGraph.whole(problem).memory_limits())
     # with series cuts only, the DP run on the module solves' bounds (constants left out) bounds the optimum
     bounds = chain_bounds(problem, chain)
-    exact_chain = separable(problem, chain)
-    chain_bound, proven = None, False
+    walks = _Walks()
     pool = Pool(problem, workers)
-    baseline = best = None
-    stats, notes = {}, []
-    solves = optimal = heft_only = passes = dominated = cut_off = late = guided = twins = 0
     try:
         for i, sizes in enumerate(splits):
-            share = Stopwatch(watch.left / (len(splits) - i))
-            scale = 1.0
-            while True:
-                res = join(problem, chain, sizes, pool, share, memory_binds=memory_binds,
-                            module_time_limit=module_time_limit, seed=seed, progress=progress, scale=scale,
-                            bounds=bounds,
-                            label=label + (f" [{len(sizes)} sub-batches]" if len(splits) > 1 else ""))
-                passes += 1
-                solves, optimal = solves + res.solves, optimal + res.optimal_solves
-                heft_only += res.heft_solves
-                dominated += res.dominated
-                cut_off += res.cut_off
-                late += res.late
-                guided += res.guided
-                twins += res.twins
-                if passes == 1:  # the baseline is due: the join's plan is compared with it and needs its bound
-                    baseline = best = background.result()
-                plan = plan_of(problem, sizes, res, bounds, watch, notes)
-                if plan is not None and bounds:
-                    chain_bound = max(chain_bound or 0.0, res.lower)
-                    proven = proven or (exact_chain and res.optimal_solves == res.solves)
-                if plan is not None and (best is None or plan.objective < best.objective):
-                    best = plan
-                    stats["join_makespan"] = res.partial.makespan
-                    notes = [n for n in notes if not n.startswith(("batch split", "memory repaired"))]
-                    if res.repaired:
-                        notes.append("memory repaired: a module fitted no state's budget, tasks were moved after")
-                    if len(sizes) > 1:
-                        notes.append(f"batch split into {len(sizes)} sub-batches "
-                                     f"({'/'.join(map(str, sizes))} samples)")
-                # a chain of series cuts with unfinished module solves is walked again with 4x their time
-                # (a tighter bound, maybe a better plan); proven answers are reused, so the time goes to the rest
-                if (proven or plan is None or not bounds or not res.share_bound
-                        or share.left < 0.05 * share.limit):
-                    break
-                scale *= 4
+            _walk(problem, chain, sizes, pool, Stopwatch(watch.left / (len(splits) - i)), watch, walks, background,
+                  bounds=bounds, module_time_limit=module_time_limit, seed=seed, progress=progress,
+                  label=label + (f" [{len(sizes)} sub-batches]" if len(splits) > 1 else ""))
     finally:
         pool.close()
         background.close()
-    if best is None and watch.left > 0.1 and label == NAME:
-        # the modules' memory budgets are a heuristic cut of the devices' memory: the whole model may still fit
-        from .. import exact
-        try:
-            whole = exact.solve(problem, time_limit=watch.left, seed=seed, workers=workers, decompose=False)
-        except InfeasibleError:
-            whole = None
+    if walks.best is None and watch.left > 0.1 and label == NAME:
+        whole = _whole_graph(problem, watch, seed, workers)
         if whole is not None:
-            return replace(whole, notes=whole.notes + (
-                f"{NAME}: neither the join nor a baseline fitted the memory; this is the whole-graph CP-SAT plan",))
-    if best is None:
+            return whole
+    if walks.best is None:
         raise InfeasibleError(f"{label} found no plan within the memory limits and no baseline fits: raise the "
                               "memory limit or the module size")
+    return _finish(problem, chain, walks, len(splits), pool.reused, bounds, watch)
+
+
+def _walk(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, share: Stopwatch, watch: Stopwatch,
+          walks: _Walks, background: Background, *, bounds: bool, module_time_limit: float, seed: int, progress,
+          label: str) -> None:
+    """Join the chain for one batch split, keeping the better plan in ``walks``; on a chain of series cuts with
+    unfinished module solves, walk again with 4x their time (a tighter bound, maybe a better plan; proven
+    answers are reused, so the time goes to the rest) while the split's share of the time lasts."""
+    memory_binds = bool(JobGraph.whole(problem).memory_limits())
+    exact_chain = separable(problem, chain)
+    scale = 1.0
+    while True:
+        res = join(problem, chain, sizes, pool, share, memory_binds=memory_binds, module_time_limit=module_time_limit,
+                   seed=seed, progress=progress, scale=scale, bounds=bounds, label=label)
+        walks.passes += 1
+        walks.counts += res.counts
+        if walks.passes == 1:  # the baseline is due: the join's plan is compared with it and needs its bound
+            walks.baseline = walks.best = background.result()
+        plan = plan_of(problem, sizes, res, bounds, watch, walks.notes)
+        if plan is not None and bounds:
+            walks.chain_bound = max(walks.chain_bound or 0.0, res.lower)
+            walks.proven = walks.proven or (exact_chain and res.counts.optimal == res.counts.solves)
+        if plan is not None and (walks.best is None or plan.objective < walks.best.objective):
+            _keep(walks, plan, res, sizes)
+        if (walks.proven or plan is None or not bounds or not res.share_bound
+                or share.left < 0.05 * share.limit):
+            return
+        scale *= 4
+
+
+def _keep(walks: _Walks, plan: Plan, res: JoinResult, sizes: tuple[int, ...]) -> None:
+    """The join's ``plan`` is the best so far: keep it, with the notes that describe it."""
+    walks.best = plan
+    walks.stats["join_makespan"] = res.partial.makespan
+    walks.notes[:] = [n for n in walks.notes if not n.startswith(("batch split", "memory repaired"))]
+    if res.repaired:
+        walks.notes.append("memory repaired: a module fitted no state's budget, tasks were moved after")
+    if len(sizes) > 1:
+        walks.notes.append(f"batch split into {len(sizes)} sub-batches ({'/'.join(map(str, sizes))} samples)")
+
+
+def _whole_graph(problem: Problem, watch: Stopwatch, seed: int, workers: int) -> Plan | None:
+    """The whole-graph CP-SAT plan where neither the join nor a baseline fitted the memory: the modules' memory
+    budgets are a heuristic cut of the devices' memory, and the whole model may still fit."""
+    from .. import exact
+    try:
+        whole = exact.solve(problem, time_limit=watch.left, seed=seed, workers=workers, decompose=False)
+    except InfeasibleError:
+        return None
+    return replace(whole, notes=whole.notes + (
+        f"{NAME}: neither the join nor a baseline fitted the memory; this is the whole-graph CP-SAT plan",))
+
+
+def _finish(problem: Problem, chain: Chain, walks: _Walks, splits: int, reused: int, bounds: bool,
+            watch: Stopwatch) -> Plan:
+    """The best plan as split's, with the best bound, its status, and notes and stats that say what the join
+    did."""
+    best, counts, notes, stats = walks.best, walks.counts, walks.notes, walks.stats
     if best.solver != NAME:
         notes.append(f"kept the baseline plan ({best.solver}): the join found nothing better")
-    if chain_bound is not None:
-        stats["chain_bound"] = chain_bound
-        freed = " (solved again without their constants, which may run earlier)" if twins else ""
+    if walks.chain_bound is not None:
+        stats["chain_bound"] = walks.chain_bound
+        freed = " (solved again without their constants, which may run earlier)" if counts.twins else ""
         notes.append("every cut is a series point: the bound is the join's dynamic program on the module bounds"
                      + freed)
-    bound, source = better_bound((best.bound, best.bound_source), (min(chain_bound or 0.0, best.objective), MODULE_DP))
-    walks = f" in {passes} passes" if passes > len(splits) else ""
+    bound, source = better_bound((best.bound, best.bound_source),
+                                 (min(walks.chain_bound or 0.0, best.objective), MODULE_DP))
+    passes = f" in {walks.passes} passes" if walks.passes > splits else ""
     notes.insert(0, f"{len(chain.modules)} modules ({len(chain.series_points)} series points, "
                     f"{chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} tensors); "
-                    f"{solves} module solves{walks} ({pool.reused} answered without solving, {cut_off} ended by their "
-                    f"cutoff ({late} by their jobs' deadlines), {guided} started from an earlier module's "
-                    f"schedule), {optimal} proven, {heft_only} unsolved (first schedule kept); {dominated} dominated "
-                    "states dropped")
-    stats.update({"modules": float(len(chain.modules)), "module_solves": float(solves),
-                  "module_solves_reused": float(pool.reused),
-                  "module_solves_optimal": float(optimal), "module_solves_heft": float(heft_only),
-                  "dominated_states": float(dominated), "module_solves_cut_off": float(cut_off),
-                  "module_solves_late": float(late),
-                  "module_solves_guided": float(guided),
+                    f"{counts.solves} module solves{passes} ({reused} answered without solving, {counts.cut_off} "
+                    f"ended by their cutoff ({counts.late} by their jobs' deadlines), {counts.guided} started from an "
+                    f"earlier module's schedule), {counts.optimal} proven, {counts.heft} unsolved (first schedule "
+                    f"kept); {counts.dominated} dominated states dropped")
+    stats.update({"modules": float(len(chain.modules)), **counts.stats(), "module_solves_reused": float(reused),
                   "widest_cut": float(chain.widest_cut)})
-    if baseline is not None:
-        stats["baseline_objective"] = baseline.objective
+    if walks.baseline is not None:
+        stats["baseline_objective"] = walks.baseline.objective
     # as for exact: "optimal" when the integer models are proven optimal (here every module's, on a chain)
-    unfinished = heft_only or optimal < solves
-    status = "optimal" if (proven and best.solver == NAME) or best.objective <= bound * (1 + 1e-9) else (
-        "timeout" if (bounds and unfinished) or heft_only or watch.expired else "feasible")
+    unfinished = counts.heft or counts.optimal < counts.solves
+    status = "optimal" if (walks.proven and best.solver == NAME) or best.objective <= bound * (1 + 1e-9) else (
+        "timeout" if (bounds and unfinished) or counts.heft or watch.expired else "feasible")
     return replace(best, solver=NAME, status=status, bound=bound, bound_source=source, solve_time_s=watch.elapsed,
                    notes=tuple(notes), stats={**best.stats, **stats})

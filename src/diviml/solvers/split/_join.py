@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from ...bounds import MODULE_DP
 from ...errors import InfeasibleError
@@ -29,20 +29,49 @@ from ._pool import Pool
 
 
 @dataclass
-class JoinResult:
-    partial: Partial | None
+class Counts:
+    """What a walk's module solves came to: the join adds to it, the driver sums the walks, the plan's note and
+    stats read it (:meth:`stats`)."""
     solves: int = 0
-    optimal_solves: int = 0
-    heft_solves: int = 0
-    repaired: bool = False
-    lower: float = 0.0
-    share_bound: bool = False  # some solve ended unproven at a limit below module_time_limit
+    optimal: int = 0  # proven: optimal, or proven unable to improve on a state (cutoff, late)
+    heft: int = 0  # CP-SAT found nothing: the first schedule was kept
     dominated: int = 0  # states dropped because another one dominated them
     cut_off: int = 0  # solves ended by their cutoff: proven not to improve on a state already reached
     late: int = 0  # of those, by the deadlines of the jobs read later (see solve_late)
     guided: int = 0  # solves started from an earlier module's schedule
     twins: int = 0  # solves of modules without their constants, for the DP on bounds
+
+    def __iadd__(self, other: Counts) -> Counts:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+    def stats(self) -> dict[str, float]:
+        return {"module_solves": float(self.solves), "module_solves_optimal": float(self.optimal),
+                "module_solves_heft": float(self.heft), "dominated_states": float(self.dominated),
+                "module_solves_cut_off": float(self.cut_off), "module_solves_late": float(self.late),
+                "module_solves_guided": float(self.guided)}
+
+
+@dataclass
+class JoinResult:
+    partial: Partial | None
+    counts: Counts = field(default_factory=Counts)
+    repaired: bool = False
+    lower: float = 0.0
+    share_bound: bool = False  # some solve ended unproven at a limit below module_time_limit
     out_of_time: tuple[int, int] | None = None  # (module it stopped before, modules) when the time ran out
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A state's partial schedule with one exit option for the module: what a solve's answer extends."""
+    key: tuple  # the state
+    partial: Partial  # its partial schedule, constants hoisted
+    tasks: tuple[str, ...]  # the module's tasks left to solve
+    option: tuple[str, ...] | None  # the exit devices asked for (None: free)
+    release_abs: dict  # (job, device) -> earliest start, absolute
+    origin: float  # what the solve's times are relative to
 
 
 def exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[str, ...] | None]:
@@ -74,11 +103,11 @@ def join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, wat
         remaining -= len(module.tasks)
         parallel = min(pool.workers, requests) / requests
         limit = min(module_time_limit, share * scale * parallel, watch.left * parallel)
-        before = result.optimal_solves, result.solves
+        before = result.counts.optimal, result.counts.solves
         # chain bounds hold only where memory cannot bind, so the repair below never runs with them
         new_states = step(problem, i, module, sizes, states, pool, limit, time.time() + watch.left, seed,
                            memory_binds, look, result, bounds)
-        if limit < module_time_limit and result.optimal_solves - before[0] < result.solves - before[1]:
+        if limit < module_time_limit and result.counts.optimal - before[0] < result.counts.solves - before[1]:
             result.share_bound = True
         if not new_states and memory_binds:
             # no state can hold this module: place the rest ignoring memory, and repair at the end
@@ -98,7 +127,7 @@ def join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, wat
 
 
 def step(problem: Problem, index: int, module, sizes, states: dict, pool: Pool, limit: float, deadline: float,
-          seed: int, memory_binds: bool, look: Lookahead, result: JoinResult, bounds: bool) -> dict:
+         seed: int, memory_binds: bool, look: Lookahead, result: JoinResult, bounds: bool) -> dict:
     """Solve ``module`` after every state for every exit option, each solve given ``limit`` seconds of work
     and ending by ``deadline`` (time.time()); the best new partial per exit state that no other dominates.
 
@@ -108,48 +137,34 @@ def step(problem: Problem, index: int, module, sizes, states: dict, pool: Pool, 
     improve on the state reached, and CP-SAT stops as soon as it proves there is none (a bound in hand);
     below the cutoff it finds the same optimum, so the cutoffs never change the plan. One whose partial
     alone already reaches that estimate is not solved. Where other jobs are read later, the solve first
-    tests whether any schedule ends each of them its tail before the cutoff (:func:`solve_late`), and only then
-    runs as above: most end there (densenet121: 107 of 108, 2.2 s of CPU down to 0.4 s). Solving with those
-    deadlines instead would cut off as many but find other schedules, and steered the Viterbi join
+    tests whether any schedule ends each of them its tail before the cutoff (:func:`solve_late`), and only
+    then runs as above: most end there (densenet121: 107 of 108, 2.2 s of CPU down to 0.4 s). Solving with
+    those deadlines instead would cut off as many but find other schedules, and steered the Viterbi join
     elsewhere (randwire-ba-s0's plan fell back to HEFT's, 1.3% worse); the test alone changes no plan.
 
     Where the chain bounds the optimum (``bounds``) and the module keeps constants that :func:`hoist` could
     not place early, each solve has a twin without them, for the DP on bounds only: the optimum may run a
     constant long before its module, so the module's span there is at least the optimum of the module
     without its constants (their outputs already everywhere), not of the module with them."""
-    jobs = [(t, l) for t in module.tasks for l in range(len(sizes))]
     first, _ = origin_terms(problem, module.tasks, sizes, look.constants)
+    tails = {(t, l): look.after((t, l), index) for t in module.tasks for l in range(len(sizes))
+             if look.last_module[t] > index}
+    series_tail = _series_tail(problem, module, sizes, tails)
     new_states: dict = {}
     lowest: dict = {}  # state -> the least lower bound over the ways into it (the DP on bounds)
-    ranked_keys = list(states)  # best estimate first (see the end of this function)
-    tails = {j: look.after(j, index) for j in jobs if look.last_module[j[0]] > index}
-    # where the exit ends the module (every other task feeds it) and alone is read later, the same tail for
-    # every copy, the estimate is the exit's end plus that tail
-    series_tail = None
-    if (set(tails) <= {(module.exit, l) for l in range(len(sizes))} and len(set(tails.values())) <= 1
-            and all(problem.graph.successors[t] for t in module.tasks if t != module.exit)):
-        series_tail = max(tails.values(), default=0.0)
+    ranked_keys = list(states)  # best estimate first (see _undominated)
     for batch in (ranked_keys[:1], ranked_keys[1:]):
-        requests, keys, settled, twins = [], [], [], []
+        requests, candidates, settled, twins = [], [], [], []
         for key in batch:
             partial, tasks = hoist(problem, states[key], module, sizes, first, look, index, memory_binds)
-            # the module without its constants, where its bound solves need them
-            unconstant = tuple(t for t in tasks if t not in look.constants)
-            if not bounds or not any(takes_time(problem, t) for t in tasks if t in look.constants):
-                unconstant = None
-            release_abs = releases(problem, [(t, l) for t in tasks for l in range(len(sizes))], sizes, partial)
-            origin = (min(v for ((t, _), _), v in release_abs.items() if t in first)
-                      - origin_terms(problem, tasks, sizes, look.constants)[1])
+            unconstant, release_abs, origin, fixed = _inputs(problem, partial, tasks, sizes, first, look, index, bounds)
             release = {k: v - origin for k, v in release_abs.items() if v - origin > 0}
             capacity = dict(partial.memory_left) if memory_binds else None
-            # what the partial alone sets its successors' estimates to: its makespan, its open tensors' tails
-            fixed = max([partial.makespan] + [partial.finish[j] + look.after(j, index) for j in partial.open
-                                              if look.last_module[j[0]] > index])
             for option in exit_options(problem, module.exit, len(sizes)):
+                candidate = Candidate(key, partial, tasks, option, release_abs, origin)
                 reached = new_states[option].estimate if option in new_states else None
                 if reached is not None and fixed >= reached:
-                    settled.append(((key, partial, tasks, option, release_abs, origin),
-                                    Answer(None, None, "cutoff"),
+                    settled.append((candidate, Answer(None, None, "cutoff"),
                                     critical_path(problem, unconstant or tasks, sizes, release)))
                     continue
                 only = pins(problem, tasks, sizes, partial, module.exit, option)
@@ -158,46 +173,92 @@ def step(problem: Problem, index: int, module, sizes, states: dict, pool: Pool, 
                 cutoff = None if reached is None else reached - origin - (series_tail or 0.0)
                 late = {j: v for j, v in tails.items() if j[0] in tasks}
                 requests.append(Request(tasks, sizes, release, only, capacity, limit, deadline, seed, cutoff,
-                                         late if cutoff is not None and series_tail is None else None))
-                keys.append((key, partial, tasks, option, release_abs, origin))
+                                        late if cutoff is not None and series_tail is None else None))
+                candidates.append(candidate)
                 twins.append(None if unconstant is None else Request(
                     unconstant, sizes, {k: v for k, v in release.items() if k[0][0] not in look.constants},
                     {j: v for j, v in only.items() if j[0] not in look.constants}, None, limit, deadline, seed))
-        answers = pool.map(requests + [t for t in twins if t is not None])
-        answers, twin_answers = answers[:len(requests)], iter(answers[len(requests):])
-        # the DP on bounds reads each twin's bound where there is a twin, the solve's own otherwise
-        twin_of = [None if t is None else next(twin_answers) for t in twins]
-        bounds_of = [(t or a).bound for a, t in zip(answers, twin_of)]
-        twins_solved = sum(t is not None for t in twin_of)
-        result.twins += twins_solved
-        result.solves += len(answers) + len(settled) + twins_solved
-        result.optimal_solves += sum(t is not None and t.status == "optimal" for t in twin_of)
-        for (key, partial, tasks, option, release_abs, origin), answer, bound in (
-                list(zip(keys, answers, bounds_of)) + settled):
-            result.optimal_solves += answer.status in ("optimal", "cutoff", "late")
-            result.heft_solves += answer.status == "heft"
-            result.cut_off += answer.status in ("cutoff", "late")
-            result.late += answer.status == "late"
-            result.guided += answer.guided
-            lower = partial.lower + (origin - partial.makespan) + bound
-            if answer.device_of is None:
-                if option in lowest and answer.status != "infeasible":  # its cutoff's bound (or none) counts
-                    lowest[option] = min(lower, lowest[option])
-                continue
-            nxt = advance(problem, partial, tasks, sizes, release_abs, answer, memory_binds, look, index)
-            state = tuple(nxt.device_of[(module.exit, l)] for l in range(len(sizes)))
-            lowest[state] = min(lower, lowest.get(state, lower))
-            if state not in new_states or nxt.estimate < new_states[state].estimate:
-                new_states[state] = nxt
+        answered = _answers(pool, candidates, requests, twins, result.counts) + settled
+        for candidate, answer, bound in answered:
+            _extend(problem, candidate, answer, bound, sizes, module, memory_binds, look, index, result.counts,
+                    new_states, lowest)
     for state, p in new_states.items():
         p.lower = lowest[state]
+    return _undominated(problem, sizes, new_states, bounds, memory_binds, result.counts)
+
+
+def _inputs(problem: Problem, partial: Partial, tasks: tuple[str, ...], sizes, first: frozenset, look: Lookahead,
+            index: int, bounds: bool) -> tuple[tuple[str, ...] | None, dict, float, float]:
+    """What the module's solves after ``partial`` start from: the module without its constants where its bound
+    solves need them (else None), each job's absolute release per device, the origin the solves are timed
+    from, and what the partial alone sets its successors' estimates to (its makespan, its open tensors' tails)."""
+    unconstant = tuple(t for t in tasks if t not in look.constants)
+    if not bounds or not any(takes_time(problem, t) for t in tasks if t in look.constants):
+        unconstant = None
+    release_abs = releases(problem, [(t, l) for t in tasks for l in range(len(sizes))], sizes, partial)
+    origin = (min(v for ((t, _), _), v in release_abs.items() if t in first)
+              - origin_terms(problem, tasks, sizes, look.constants)[1])
+    fixed = max([partial.makespan] + [partial.finish[j] + look.after(j, index) for j in partial.open
+                                      if look.last_module[j[0]] > index])
+    return unconstant, release_abs, origin, fixed
+
+
+def _series_tail(problem: Problem, module, sizes, tails: dict) -> float | None:
+    """Where the exit ends the module (every other task feeds it) and alone is read later, with the same tail
+    for every copy: that tail (the state's estimate is then the exit's end plus it); else None."""
+    if (set(tails) <= {(module.exit, l) for l in range(len(sizes))} and len(set(tails.values())) <= 1
+            and all(problem.graph.successors[t] for t in module.tasks if t != module.exit)):
+        return max(tails.values(), default=0.0)
+    return None
+
+
+def _answers(pool: Pool, candidates: list[Candidate], requests: list[Request], twins: list[Request | None],
+             counts: Counts) -> list[tuple[Candidate, Answer, float]]:
+    """The pool's answers to ``requests`` (one per candidate, and their twins), each with the bound the DP on bounds reads: its
+    twin's where there is a twin, its own otherwise. Twins are counted here, the rest by :func:`_extend`."""
+    answers = pool.map(requests + [t for t in twins if t is not None])
+    answers, twin_answers = answers[:len(requests)], iter(answers[len(requests):])
+    twin_of = [None if t is None else next(twin_answers) for t in twins]
+    solved = sum(t is not None for t in twin_of)
+    counts.twins += solved
+    counts.solves += solved
+    counts.optimal += sum(t is not None and t.status == "optimal" for t in twin_of)
+    return [(c, a, (t or a).bound) for c, a, t in zip(candidates, answers, twin_of)]
+
+
+def _extend(problem: Problem, candidate: Candidate, answer: Answer, bound: float, sizes, module,
+            memory_binds: bool, look: Lookahead, index: int, counts: Counts, new_states: dict, lowest: dict) -> None:
+    """Count the answer, and keep the candidate's partial extended by it where it is the best into its exit
+    state (``lowest``: the least bound into each state, for the DP on bounds)."""
+    counts.solves += 1
+    counts.optimal += answer.status in ("optimal", "cutoff", "late")
+    counts.heft += answer.status == "heft"
+    counts.cut_off += answer.status in ("cutoff", "late")
+    counts.late += answer.status == "late"
+    counts.guided += answer.guided
+    partial = candidate.partial
+    lower = partial.lower + (candidate.origin - partial.makespan) + bound
+    if answer.device_of is None:
+        if candidate.option in lowest and answer.status != "infeasible":  # its cutoff's bound (or none) counts
+            lowest[candidate.option] = min(lower, lowest[candidate.option])
+        return
+    nxt = advance(problem, partial, candidate.tasks, sizes, candidate.release_abs, answer, memory_binds, look, index)
+    state = tuple(nxt.device_of[(module.exit, l)] for l in range(len(sizes)))
+    lowest[state] = min(lower, lowest.get(state, lower))
+    if state not in new_states or nxt.estimate < new_states[state].estimate:
+        new_states[state] = nxt
+
+
+def _undominated(problem: Problem, sizes, new_states: dict, bounds: bool, memory_binds: bool,
+                 counts: Counts) -> dict:
+    """The new states by estimate, best first, less those another one dominates; one per exit device is the
+    exact DP for one copy, with several copies the best few."""
     ranked = sorted(new_states.items(), key=lambda kv: kv[1].estimate)
     kept: list = []
     for state, p in ranked:
         if not any(dominates(problem, sizes, q, p, bounds, memory_binds) for _, q in kept):
             kept.append((state, p))
-    result.dominated += len(ranked) - len(kept)
-    # one state per exit device is the exact DP for one copy; with several copies keep the best few
+    counts.dominated += len(ranked) - len(kept)
     beam = len(problem.platform.devices) + 1
     return dict(kept[:beam])
 

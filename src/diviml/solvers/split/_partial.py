@@ -73,14 +73,7 @@ def hoist(problem: Problem, partial: Partial, module, sizes, first: frozenset, l
             inputs = [(u, done((u, l))) for u in graph.predecessors[t]]
             if any(at is None for _, at in inputs):
                 break  # it reads a constant left in the module
-            best = None
-            for d in problem.allowed_devices[t]:
-                ready = max([0.0] + [f + problem.transfer(u, e, d, b / graph.batch_size) for u, (e, f) in inputs])
-                length = problem.time(t, d, b)
-                ready = earliest_gap(busy[d], ready, length)
-                reach = ready + length + max(problem.transfer(t, d, e, b / graph.batch_size) for e in platform.by_name)
-                if reach <= origin and (best is None or reach < best[0]):
-                    best = (reach, d, ready, ready + length)
+            best = _earliest_reach(problem, t, b, inputs, busy, origin)
             if best is None:
                 break
             trial[t, l] = best[1:]
@@ -92,6 +85,28 @@ def hoist(problem: Problem, partial: Partial, module, sizes, first: frozenset, l
                 busy[d].remove((s0, f0))
     if not placed:
         return partial, module.tasks
+    hoisted = {t for t, _ in placed}
+    return _with_placed(partial, placed, look, index), tuple(t for t in module.tasks if t not in hoisted)
+
+
+def _earliest_reach(problem: Problem, task: str, batch: int, inputs: list, busy: dict, origin: float) -> tuple | None:
+    """(reach, device, start, finish) of ``task`` on ``batch`` samples in the earliest idle gap of the device
+    from which its output reaches every device earliest, its ``inputs`` ((producer, (device, finish))) read;
+    None where no device's output arrives by ``origin``."""
+    graph, platform = problem.graph, problem.platform
+    best = None
+    for d in problem.allowed_devices[task]:
+        ready = max([0.0] + [f + problem.transfer(u, e, d, batch / graph.batch_size) for u, (e, f) in inputs])
+        length = problem.time(task, d, batch)
+        ready = earliest_gap(busy[d], ready, length)
+        reach = ready + length + max(problem.transfer(task, d, e, batch / graph.batch_size) for e in platform.by_name)
+        if reach <= origin and (best is None or reach < best[0]):
+            best = (reach, d, ready, ready + length)
+    return best
+
+
+def _with_placed(partial: Partial, placed: dict, look: "Lookahead", index: int) -> Partial:
+    """The partial with the ``placed`` jobs (job -> (device, start, finish)) added."""
     new = replace(partial, device_of=dict(partial.device_of), start=dict(partial.start),
                   finish=dict(partial.finish), free=dict(partial.free))
     for j, (d, s0, f0) in placed.items():
@@ -99,8 +114,7 @@ def hoist(problem: Problem, partial: Partial, module, sizes, first: frozenset, l
         new.free[d] = max(new.free.get(d, 0.0), f0)
         new.makespan = max(new.makespan, f0)
     new.open = partial.open | frozenset(j for j in placed if look.last_module[j[0]] > index)
-    hoisted = {t for t, _ in placed}
-    return new, tuple(t for t in module.tasks if t not in hoisted)
+    return new
 
 
 def pins(problem: Problem, module_tasks, sizes, partial: Partial, exit_task: str, exit_devices) -> dict:
