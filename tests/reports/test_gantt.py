@@ -63,7 +63,7 @@ def test_task_ids_device_names_and_modules_are_drawn_as_text_not_markup():
 
 def test_zero_time_operators_that_wait_on_a_device_do_not_trap_the_critical_path_walk():
     from diviml.plan import Assignment, Plan
-    from diviml.reports.gantt import bars_and_transfers
+    from diviml.reports.timeline import bars_and_transfers
 
     tasks = [Task("s", {"cpu": 0.5}), Task("x", {"cpu": 1.0}), Task("z1", {"cpu": 0.0}), Task("z2", {"cpu": 0.0}),
              Task("c", {"cpu": 1.0})]
@@ -101,7 +101,7 @@ def test_the_trace_has_a_thread_per_device_and_every_task_part_and_transfer_in_m
 
 def test_a_data_parallel_plan_is_drawn_by_sub_batch_with_no_transfers_between_its_parts():
     from diviml.generators import layered_dag
-    from diviml.reports.gantt import bars_and_transfers, colouring
+    from diviml.reports.timeline import bars_and_transfers, colouring
 
     problem = Problem(layered_dag(20, seed=3), diviml.preset("paper-server"), Objective("batch", batch_size=8))
     plan = diviml.solve(problem, "data-parallel", time_limit=10)

@@ -33,6 +33,7 @@ from ortools.sat.python import cp_model
 
 from ..bounds import CP_SAT, serial_upper_bound
 from ..errors import DivimlError, InfeasibleError, InputError
+from ..graph import longest_paths
 from ..plan import Plan
 from ..problem import Problem
 from ..simulate import call_latency
@@ -63,111 +64,138 @@ class CallModel:
         self.problem = problem
         graph, platform = problem.graph, problem.platform
         self.tick = max(upper, 1e-300) / resolution
+        self.horizon = resolution
         self.order = list(graph.topological_order)
         self.position = {t: i for i, t in enumerate(self.order)}
         self.accelerators = [d.name for d in platform.devices if not d.is_host]
         self.q = problem.objective.max_calls
         self.units = [(d, j) for d in self.accelerators for j in range(self.q)]
         self.host = _host_choice(problem)
-        m = self.m = cp_model.CpModel()
-        H = resolution
-        ticks = self.ticks
-        producers = [u for u in self.order if graph.successors[u]]
+        self.producers = [u for u in self.order if graph.successors[u]]
+        self.m = cp_model.CpModel()
+        # the model in phases: where each task runs, which tensors cross each call, when calls and tasks end
+        self._assignment()
+        self._colocation()
+        self._crossings()
+        self._timing()
+        self._memory()
+        self._symmetry()
+        self.m.minimize(self.Z)
 
-        self.a = {(t, U): m.NewBoolVar("") for t in self.order for U in self.units
-                  if U[0] in problem.allowed_devices[t]}
-        self.h = {t: m.NewBoolVar("") for t in self.host}
+    def _lit(self, t: str, U) -> object:
+        """Whether task ``t`` runs in call ``U`` (0 where it may not)."""
+        return self.a.get((t, U), 0)
+
+    def _assignment(self) -> None:
+        """a[t, U]: task t in call U (an accelerator and its j-th call); h[t]: t on its fastest host; exactly one."""
+        m, allowed = self.m, self.problem.allowed_devices
+        self.a = {(t, U): m.new_bool_var(f"a[{t},{U[0]},{U[1]}]") for t in self.order for U in self.units
+                  if U[0] in allowed[t]}
+        self.h = {t: m.new_bool_var(f"h[{t}]") for t in self.host}
         for t in self.order:
             lits = [self.a[t, U] for U in self.units if (t, U) in self.a] + ([self.h[t]] if t in self.h else [])
             if not lits:
                 raise InfeasibleError(f"task {t!r} may run on no device of this platform")
-            m.AddExactlyOne(lits)
-        for members in problem.colocation_groups.values():  # one call (or the host) for the whole group
+            m.add_exactly_one(lits)
+
+    def _colocation(self) -> None:
+        """One call (or the host) for every member of a co-location group."""
+        for members in self.problem.colocation_groups.values():
             first, *rest = members
             for t in rest:
                 pairs = [(self.a.get((first, U)), self.a.get((t, U))) for U in self.units]
                 for x, y in pairs + [(self.h.get(first), self.h.get(t))]:
                     if x is not None and y is not None:
-                        m.Add(x == y)
+                        self.m.add(x == y)
                     elif x is not None or y is not None:
-                        m.Add((x if x is not None else y) == 0)
+                        self.m.add((x if x is not None else y) == 0)
 
-        def lit(t, U):
-            return self.a.get((t, U), 0)
-
+    def _crossings(self) -> None:
+        """inp/out[u, U]: u's output hopped into / out of call U; z[t, U]: t reached from U, so that nothing
+        reached from a call re-enters it (contiguity)."""
+        m, graph, lit = self.m, self.problem.graph, self._lit
         self.inp, self.out, self.z = {}, {}, {}
         for U in self.units:
-            for u in producers:
-                self.inp[u, U], self.out[u, U] = m.NewBoolVar(""), m.NewBoolVar("")
+            for u in self.producers:
+                self.inp[u, U] = m.new_bool_var(f"inp[{u},{U[0]},{U[1]}]")
+                self.out[u, U] = m.new_bool_var(f"out[{u},{U[0]},{U[1]}]")
                 for v in graph.successors[u]:
-                    m.Add(self.inp[u, U] + lit(u, U) >= lit(v, U))
-                    m.Add(self.out[u, U] + lit(v, U) >= lit(u, U))
-            for t in self.order:  # contiguity: z >= a, z propagates, nothing reached from U re-enters it
-                self.z[t, U] = m.NewBoolVar("")
-                m.Add(self.z[t, U] >= lit(t, U))
+                    m.add(self.inp[u, U] + lit(u, U) >= lit(v, U))
+                    m.add(self.out[u, U] + lit(v, U) >= lit(u, U))
+            for t in self.order:
+                self.z[t, U] = m.new_bool_var(f"z[{t},{U[0]},{U[1]}]")
+                m.add(self.z[t, U] >= lit(t, U))
             for u, v in graph.edges:
-                m.Add(self.z[v, U] >= self.z[u, U])
-                m.Add(lit(v, U) + self.z[u, U] - lit(u, U) <= 1)
+                m.add(self.z[v, U] >= self.z[u, U])
+                m.add(lit(v, U) + self.z[u, U] - lit(u, U) <= 1)
 
-        self.S = {U: m.NewIntVar(0, H, "") for U in self.units}
-        self.C = {t: m.NewIntVar(0, H, "") for t in self.order}
-        self.R = {t: m.NewIntVar(0, H, "") for t in self.order}
-        self.Z = m.NewIntVar(0, H, "makespan")
+    def _timing(self) -> None:
+        """S[U], D[U]: a call's start and duration (its tasks and hops); C[t], R[t]: a task's end and when its
+        inputs are ready; Z: the makespan, after every call, every sink and each accelerator's calls in turn."""
+        m, graph, platform, ticks, H = self.m, self.problem.graph, self.problem.platform, self.ticks, self.horizon
+        problem = self.problem
+        self.S = {U: m.new_int_var(0, H, f"S[{U[0]},{U[1]}]") for U in self.units}
+        self.C = {t: m.new_int_var(0, H, f"C[{t}]") for t in self.order}
+        self.R = {t: m.new_int_var(0, H, f"R[{t}]") for t in self.order}
+        self.Z = m.new_int_var(0, H, "makespan")
         self.D = {}
         for U in self.units:
             d = platform.by_name[U[0]]
             terms = [ticks(problem.time(t, U[0])) * self.a[t, U] for t in self.order if (t, U) in self.a]
-            for u in producers:
+            for u in self.producers:
                 hop = ticks(platform.hop_time(graph.by_id[u], d))
                 if hop > 0:
                     terms += [hop * self.inp[u, U], hop * self.out[u, U]]
-            self.D[U] = m.NewIntVar(0, H, "")
-            m.Add(self.D[U] == sum(terms))
+            self.D[U] = m.new_int_var(0, H, f"D[{U[0]},{U[1]}]")
+            m.add(self.D[U] == sum(terms))
         for d in self.accelerators:
             for j in range(1, self.q):
-                m.Add(self.S[d, j] >= self.S[d, j - 1] + self.D[d, j - 1])
-            m.Add(self.Z >= self.S[d, self.q - 1] + self.D[d, self.q - 1])
-            m.Add(self.Z >= sum(self.D[d, j] for j in range(self.q)))
+                m.add(self.S[d, j] >= self.S[d, j - 1] + self.D[d, j - 1])
+            m.add(self.Z >= self.S[d, self.q - 1] + self.D[d, self.q - 1])
+            m.add(self.Z >= sum(self.D[d, j] for j in range(self.q)))
         for (t, U), x in self.a.items():
-            m.Add(self.C[t] >= self.S[U] + self.D[U]).OnlyEnforceIf(x)
+            m.add(self.C[t] >= self.S[U] + self.D[U]).only_enforce_if(x)
         for (u, U), x in self.inp.items():
-            m.Add(self.S[U] >= self.C[u]).OnlyEnforceIf(x)
+            m.add(self.S[U] >= self.C[u]).only_enforce_if(x)
         for u, v in graph.edges:
-            m.Add(self.R[v] >= self.C[u])
+            m.add(self.R[v] >= self.C[u])
         fastest = {t: min([ticks(problem.time(t, U[0])) for U in self.units if (t, U) in self.a]
                           + ([ticks(self.host[t][1])] if t in self.host else [])) for t in self.order}
-        head = {}
+        head = longest_paths(self.order, graph.predecessors.__getitem__, fastest.__getitem__, release=lambda t: 0)
         for t in self.order:
-            head[t] = max((head[u] for u in graph.predecessors[t]), default=0) + fastest[t]
-            m.Add(self.C[t] >= head[t])
-            m.Add(self.C[t] >= self.R[t] + (ticks(self.host[t][1]) * self.h[t] if t in self.h else 0))
+            m.add(self.C[t] >= head[t])
+            m.add(self.C[t] >= self.R[t] + (ticks(self.host[t][1]) * self.h[t] if t in self.h else 0))
             if not graph.successors[t]:
-                m.Add(self.Z >= self.C[t])
+                m.add(self.Z >= self.C[t])
 
+    def _memory(self) -> None:
+        """Each accelerator holds the weights of the tasks in its calls, where that can bind."""
+        graph, platform = self.problem.graph, self.problem.platform
         for d in self.accelerators:
             limit = platform.by_name[d].memory_bytes
             terms = [(int(math.ceil(graph.by_id[t].memory_bytes)), x) for (t, U), x in self.a.items()
                      if U[0] == d and graph.by_id[t].memory_bytes > 0]
             if math.isfinite(limit) and terms and sum(w for w, _ in terms) / self.q > limit:
-                m.Add(sum(w * x for w, x in terms) <= int(math.floor(limit)))
+                self.m.add(sum(w * x for w, x in terms) <= int(math.floor(limit)))
 
-        # identical accelerators: each one's first task comes after the previous one's first task
-        self.groups = [g for g in (tuple(d for d in g if d in self.accelerators) for g in groups(problem))
+    def _symmetry(self) -> None:
+        """Identical accelerators: each one's first task comes after the previous one's first task
+        (prefix[t, d]: how many of the first tasks up to t run on d)."""
+        m, lit, n = self.m, self._lit, len(self.order)
+        self.groups = [g for g in (tuple(d for d in g if d in self.accelerators) for g in groups(self.problem))
                        if len(g) > 1]
         self.prefix = {}
-        n = len(self.order)
         for g in self.groups:
             for d in g[:-1]:
                 for i, t in enumerate(self.order):
-                    self.prefix[t, d] = m.NewIntVar(0, n, "")
+                    self.prefix[t, d] = m.new_int_var(0, n, f"prefix[{t},{d}]")
                     here = sum(lit(t, (d, j)) for j in range(self.q))
-                    m.Add(self.prefix[t, d] == here + (self.prefix[self.order[i - 1], d] if i else 0))
+                    m.add(self.prefix[t, d] == here + (self.prefix[self.order[i - 1], d] if i else 0))
             for d1, d2 in zip(g, g[1:]):
                 for i, t in enumerate(self.order):
                     used = [self.a[t, (d2, j)] for j in range(self.q) if (t, (d2, j)) in self.a]
                     if used:
-                        m.Add(sum(used) <= (self.prefix[self.order[i - 1], d1] if i else 0))
-        m.Minimize(self.Z)
+                        m.add(sum(used) <= (self.prefix[self.order[i - 1], d1] if i else 0))
 
     def ticks(self, x: float) -> int:
         return int(math.floor(x / self.tick + 1e-9))
@@ -175,10 +203,10 @@ class CallModel:
     def placement(self, solver: cp_model.CpSolver) -> dict[str, str]:
         out = {}
         for t in self.order:
-            if t in self.h and solver.Value(self.h[t]):
+            if t in self.h and solver.value(self.h[t]):
                 out[t] = self.host[t][0]
             else:
-                out[t] = next(U for U in self.units if (t, U) in self.a and solver.Value(self.a[t, U]))[0]
+                out[t] = next(U for U in self.units if (t, U) in self.a and solver.value(self.a[t, U]))[0]
         return out
 
     def relabel(self, placement: dict[str, str]) -> dict[str, str]:
@@ -209,20 +237,20 @@ class CallModel:
                     not on_host and (t, unit_of[t]) not in self.a):
                 return False  # e.g. on a host slower than its fastest one: not a point of this model
         for (t, U), x in self.a.items():
-            self.m.AddHint(x, unit_of.get(t) == U)
+            self.m.add_hint(x, unit_of.get(t) == U)
         for t, x in self.h.items():
-            self.m.AddHint(x, t not in unit_of)
+            self.m.add_hint(x, t not in unit_of)
         members = {U: {t for t, W in unit_of.items() if W == U} for U in self.units}
         for (u, U), x in self.inp.items():
             inside = u in members[U]
-            self.m.AddHint(x, not inside and any(w in members[U] for w in graph.successors[u]))
-            self.m.AddHint(self.out[u, U], inside and any(w not in members[U] for w in graph.successors[u]))
+            self.m.add_hint(x, not inside and any(w in members[U] for w in graph.successors[u]))
+            self.m.add_hint(self.out[u, U], inside and any(w not in members[U] for w in graph.successors[u]))
         for U in self.units:
             reached = set(members[U])
             for t in self.order:
                 if t in reached or any(u in reached for u in graph.predecessors[t]):
                     reached.add(t)
-                self.m.AddHint(self.z[t, U], t in reached)
+                self.m.add_hint(self.z[t, U], t in reached)
         return True
 
 
@@ -252,14 +280,14 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     solver.parameters.max_time_in_seconds = max(watch.left, 0.05)
     solver.parameters.random_seed = seed
     solver.parameters.num_workers = workers or max(os.cpu_count() or 1, 1)
-    code = solver.Solve(model.m, Progress(progress, model.tick)) if progress else solver.Solve(model.m)
-    stats = {"tick": model.tick, "cp_sat_branches": float(solver.NumBranches())}
+    code = solver.solve(model.m, Progress(progress, model.tick)) if progress else solver.solve(model.m)
+    stats = {"tick": model.tick, "cp_sat_branches": float(solver.num_branches)}
     if code == cp_model.INFEASIBLE and start is None:
         raise InfeasibleError("no placement satisfies the memory, device and call constraints: allow more calls "
                               "per accelerator or more memory")
     found = code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     status = "optimal" if code == cp_model.OPTIMAL else "timeout"
-    bound = max(solver.BestObjectiveBound(), 0) * model.tick if found else 0.0
+    bound = max(solver.best_objective_bound, 0) * model.tick if found else 0.0
     notes, candidates = [], []
     if found:
         try:

@@ -1,0 +1,307 @@
+"""The commands: each takes the parsed arguments and returns what it prints (as JSON with --json)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from .. import solvers
+from ..errors import InputError
+from ..frontends import neurips2020
+from ..frontends.models import model_graph, names_a_model
+from ..graph import write_files_atomic
+from ..io import DEFAULT_PLATFORM, Input, load_input, problem_of
+from ..plan import Plan
+from ..platform import preset, preset_names
+from ..problem import Objective, Problem
+from ..reports import gantt
+from ..simulate import pipeline_loads
+from ..validate import validate
+
+
+def _problem(args, objective_kind: str | None = None) -> Problem:
+    """The problem the command's arguments name; the lines saying which device types had their times derived
+    are kept in ``args.derived`` (shown unless --quiet, and among a schedule's notes)."""
+    args.derived = []
+    kind = objective_kind or args.objective
+    objective = Objective(kind, args.batch, args.training, args.contiguous, args.calls)
+    if names_a_model(args.input):
+        inp = Input(model_graph(args.input, refresh=getattr(args, "refresh", False),
+                                progress=None if getattr(args, "quiet", True) else _progress), None, "model")
+    else:
+        inp = load_input(args.input, accelerators=args.accelerators, cpus=args.cpus, memory=args.memory)
+    problem = problem_of(inp, platform=args.platform, objective=objective, say=args.derived.append)
+    if not getattr(args, "quiet", True):
+        for line in args.derived:
+            _progress(line)
+    idle = sorted(problem.platform.device_types - problem.graph.device_types)
+    if idle:  # no task can run there: an error, or with --allow-idle a warning, never a silently idle device
+        names = [d.name for d in problem.platform.devices if d.type in idle]
+        missing = f"the graph has no times for device type(s) {', '.join(idle)} (devices {', '.join(names)})"
+        if not getattr(args, "allow_idle", False):
+            raise InputError(f"{missing} and none can be derived: profile the model for them, describe the type "
+                             "under 'device_types' in the platform file (peak_flops, memory_bandwidth), or pass "
+                             "--allow-idle to leave those devices idle")
+        _progress(f"warning: {missing}, so nothing runs there (--allow-idle)")
+    return problem
+
+
+def _progress(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+STARTED = time.monotonic()  # the command's time limit counts from here: start-up and loading are in it
+MIN_SOLVER_SHARE = 0.1  # however long loading took, the solver gets this share of the limit
+# seconds per task to write what a run asked for (measured on 50,000 tasks: the plan's JSON 0.3 s, a Gantt
+# page or PNG 2.5 s), kept out of the solver's share so the command ends within its limit
+WRITE_S_PER_TASK = {"json": 6e-6, "picture": 5e-5}
+
+
+def solver_share(limit: float, tasks: int, *, json_outputs: int = 0, pictures: int = 0) -> float:
+    """Seconds of the command's ``limit`` left for the solver: less what start-up and loading took and what
+    writing ``json_outputs`` files and drawing ``pictures`` of a ``tasks``-task plan will take; at least
+    :data:`MIN_SOLVER_SHARE` of it.
+
+    >>> 0.1 * 30 <= solver_share(30.0, 50_000, json_outputs=1, pictures=1) < 30.0 - 2.5
+    True
+    """
+    writing = tasks * (json_outputs * WRITE_S_PER_TASK["json"] + pictures * WRITE_S_PER_TASK["picture"])
+    return max(MIN_SOLVER_SHARE * limit, limit - (time.monotonic() - STARTED) - writing)
+
+
+def cmd_schedule(args) -> dict:
+    if args.trace:  # the plan's timeline for chrome://tracing and Perfetto: a picture in its own format
+        if not args.trace.lower().endswith(".json"):
+            raise InputError(f"--trace {args.trace}: give a file ending in .json (Chrome trace event format)")
+        args.gantt = [*(args.gantt or []), args.trace]
+    options = {name: getattr(args, name) for name, o in solvers.OPTIONS.items()
+               if o.cli and getattr(args, name) is not None}
+    if args.solver != "auto":  # a mistaken request is refused before a large input is loaded
+        solvers.check_request(args.objective, args.solver, args.time_limit)
+        solvers.check_options(args.solver, options)
+    for path in (args.gantt or []):
+        gantt.check_format(path)
+    for path in [args.out, args.split_out, *(args.gantt or [])]:
+        if path and not Path(path).resolve().parent.is_dir():
+            raise InputError(f"cannot write {path}: its folder does not exist")
+    problem = _problem(args)
+    args.solver, because = solvers.resolve(problem, args.solver)
+    solvers.check_request(args.objective, args.solver, args.time_limit)
+    solvers.check_options(args.solver, options)
+    if args.split_out and not any(d.type == neurips2020.ACCELERATOR for d in problem.platform.devices):
+        raise InputError("--split-out needs a NeurIPS 2020 scenario (accelerators and CPUs)")
+    if not args.quiet:
+        _progress(f"solving {problem.graph.name} ({len(problem.graph)} tasks) on {problem.platform.name} "
+                  f"({len(problem.platform.devices)} devices), objective {problem.objective.kind}, "
+                  f"solver {args.solver}" + (f" (auto: {because})" if because else "")
+                  + f", time limit {args.time_limit:g} s")
+    if not args.quiet:
+        options["progress"] = _progress
+    share = solver_share(args.time_limit, len(problem.graph), json_outputs=bool(args.out) + bool(args.split_out),
+                         pictures=len(args.gantt or []))
+    if not args.quiet and share < args.time_limit - 0.5:
+        _progress(f"  the solver has {share:.3g} s of the {args.time_limit:g} s: {time.monotonic() - STARTED:.3g} s went "
+                  "to start-up and loading, the rest is kept for writing")
+    plan = solvers.solve(problem, args.solver, time_limit=share, seed=args.seed, **options)
+    # everything is rendered before anything is written: a failure leaves no partial set of outputs
+    outputs: list[tuple[str, str | bytes]] = []
+    if args.out:
+        outputs.append((args.out, json.dumps(plan.to_dict(), indent=1)))
+    for path in (args.gantt or []):
+        outputs.append((path, gantt.render(plan, problem, path)))
+    if args.split_out:
+        loads = pipeline_loads(problem, plan.placement).total if plan.objective_kind == "pipeline" else None
+        outputs.append((args.split_out, json.dumps(neurips2020.plan_to_split(plan, problem.platform, loads), indent=1)))
+    write_files_atomic(outputs)
+    out = plan.summary()
+    out["notes"] = list(args.derived) + out["notes"]
+    if because:
+        out["chosen_because"] = because
+    if problem.objective.kind == "batch":
+        out["throughput"] = problem.batch_size / plan.objective if plan.objective > 0 else float("inf")
+    out["written"] = [p for p in [args.out, args.split_out, *(args.gantt or [])] if p]
+    return out
+
+
+def cmd_evaluate(args) -> dict:
+    if args.objective not in (None, "pipeline", "call-latency"):
+        raise InputError("evaluate handles --objective pipeline (default) and call-latency")
+    problem = _problem(args, args.objective or "pipeline")
+    placement = neurips2020.load_split(args.split, problem.graph, problem.platform)
+    if problem.objective.kind == "call-latency":
+        from ..simulate import call_latency
+        return {"objective": call_latency(problem, placement).makespan, "objective_kind": "call-latency",
+                "time_unit": problem.graph.time_unit, "loads": {}}
+    loads = pipeline_loads(problem, placement)
+    return {"objective": loads.objective, "objective_kind": "pipeline", "time_unit": problem.graph.time_unit,
+            "training": problem.objective.training if problem.is_training else None,
+            "loads": loads.total, "forward_loads": loads.forward, "backward_loads": loads.backward}
+
+
+def cmd_validate(args) -> dict:
+    plan = Plan.load(args.plan)
+    args.objective = plan.objective_kind
+    if args.batch is None and plan.objective_kind == "batch":
+        args.batch = plan.batch_size
+    problem = _problem(args)
+    report = validate(plan, problem)
+    return {"valid": report.ok, "violations": list(report.violations), "objective": report.objective,
+            "claimed_objective": plan.objective, "bound": plan.bound, "gap": plan.gap, "status": plan.status,
+            "solver": plan.solver}
+
+
+def cmd_profile(args) -> dict:
+    from ..catalogue import CATALOGUE
+    from ..frontends.pytorch import calibrate, measured_device_type, profile
+    from ..runtime import model_source
+    if (args.model is None) == (args.model_option is None):
+        raise InputError("give the model once: a zoo name or path/to/file.py:factory (or --model)")
+    source = model_source(args.model or args.model_option)
+    try:
+        batches = [int(b) for b in args.batch.split(",")]
+    except ValueError:
+        raise InputError(f"--batch {args.batch!r}: give batch sizes like 1,8,32") from None
+    if any(b < 1 for b in batches):
+        raise InputError("batch sizes must be >= 1")
+    if source.batch_fixed is not None and batches != [source.batch_fixed]:
+        if args.batch != "1":
+            raise InputError(f"the factory's inputs have batch {source.batch_fixed}: a factory model is profiled at "
+                             "that batch only (drop --batch)")
+        batches = [source.batch_fixed]
+    if args.repeats < 1 or not args.min_time >= 0:
+        raise InputError(f"--repeats must be >= 1 and --min-time >= 0 seconds, got {args.repeats} and {args.min_time}")
+    if args.out and not Path(args.out).resolve().parent.is_dir():
+        raise InputError(f"cannot write {args.out}: its folder does not exist")
+    threads = args.threads
+    if args.platform:
+        from ..platform import Platform
+        counts = {d.threads for d in Platform.load(args.platform).devices if d.is_host and d.threads}
+        if len(counts) > 1:
+            raise InputError(f"platform {args.platform!r} has CPU devices of different thread counts {sorted(counts)}: "
+                             "profile once per count with --threads")
+        if counts:
+            if threads is not None and threads != next(iter(counts)):
+                raise InputError(f"--threads {threads} contradicts platform {args.platform!r}, whose CPU devices "
+                                 f"have {next(iter(counts))} thread(s): drop one of them")
+            threads = next(iter(counts))
+    threads = 1 if threads is None else threads
+    device = None if args.device == "none" else args.device
+    measured = measured_device_type(device)
+    progress = None if args.quiet else _progress
+    graph = profile(source.build, source.inputs, name=source.name, batches=batches, measured_type=measured,
+                    analytic_types=[t for t in CATALOGUE if t != measured], repeats=args.repeats, threads=threads,
+                    min_time_s=args.min_time, progress=progress, device=device or "cpu",
+                    fold_constants=not args.no_fold)
+    if args.out:
+        graph.save(args.out)
+    times = {dt: sum(t.time.get(dt, 0.0) for t in graph.tasks) for dt in sorted(graph.device_types)}
+    calibration = None
+    if measured in CATALOGUE:
+        c = calibrate(graph, measured)
+        calibration = {"device_type": measured, "scale": c.scale, "median_error_before": c.error_before,
+                       "median_error_after": c.error_after, "tasks": c.tasks}
+    return {"calibration": calibration, "model": source.name, "threads": threads, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
+            "flops": sum(t.flops or 0.0 for t in graph.tasks), "memory_bytes": sum(t.memory_bytes for t in graph.tasks),
+            "total_time_s": times, "measured": measured, "written": [args.out] if args.out else []}
+
+
+def cmd_run(args) -> dict:
+    from ..platform import Platform
+    from ..runtime import launch, model_source, run
+    from ..runtime._dist import env_world
+    for path in [args.trace, args.calibrate_out, args.calibrate_platform_out, *(args.gantt or [])]:
+        if path and not Path(path).resolve().parent.is_dir():
+            raise InputError(f"cannot write {path}: its folder does not exist")
+    for path in (args.gantt or []):
+        gantt.check_format(path)
+    if args.nproc is not None:
+        if args.nproc < 1:
+            raise InputError(f"--nproc must be >= 1, got {args.nproc}")
+        if "RANK" in os.environ:
+            raise InputError("--nproc starts the ranks itself: do not combine it with torchrun")
+        from ..runtime import rank_of_devices
+        rank_of_devices(Platform.load(args.platform or DEFAULT_PLATFORM), args.nproc)  # refuse a wrong size here
+        text = launch(_without_option(args.argv, "--nproc"), args.nproc)
+        return {"_text": text}
+    if args.calibrate_out and not args.graph:
+        raise InputError("--calibrate-out needs --graph (the profiled graph the plan was made from)")
+    if args.model_option is not None:  # 'run --model M PLAN': the one positional is the plan
+        args.model, args.plan = args.model_option, args.plan or args.model
+    if args.model is None or args.plan is None:
+        raise InputError("give the model and the plan: diviml run MODEL PLAN (or --model MODEL PLAN)")
+    rank, world = env_world()
+    platform = Platform.load(args.platform or DEFAULT_PLATFORM)
+    plan = Plan.load(args.plan)
+    source = model_source(args.model)
+    problem = None
+    if args.graph:
+        graph = load_input(args.graph).graph
+        objective = Objective(plan.objective_kind if plan.objective_kind in ("latency", "batch") else "latency",
+                              plan.batch_size if plan.objective_kind == "batch" else None)
+        problem = Problem(graph, platform, objective)
+    report = run(source, plan, platform, problem=problem, batch=args.batch, repeats=args.repeats,
+                 warmup=args.warmup, rank=rank, world=world, progress=None if args.quiet else _progress)
+    outputs: list[tuple[str, str | bytes]] = []
+    if rank == 0:
+        from ..reports import measured
+        from ..runtime import calibrated_graph, calibrated_platform
+        if args.trace:
+            outputs.append((args.trace, json.dumps(measured.chrome_trace(report))))
+        for path in (args.gantt or []):
+            outputs.append((path, measured.render_gantt(report, path)))
+        wanted = args.calibrate_out or args.calibrate_platform_out
+        calibrated = calibrated_graph(report, plan, problem) if wanted and problem is not None else None
+        if args.calibrate_out:
+            outputs.append((args.calibrate_out, json.dumps(calibrated.to_dict(), indent=1)))
+        if args.calibrate_platform_out:
+            on_graph = Problem(calibrated, platform, problem.objective) if calibrated is not None else None
+            data = calibrated_platform(report, platform, plan=plan, problem=on_graph).to_dict()
+            import yaml
+            text = (yaml.safe_dump(data, sort_keys=False) if Path(args.calibrate_platform_out).suffix in (".yaml", ".yml")
+                    else json.dumps(data, indent=1))
+            outputs.append((args.calibrate_platform_out, text))
+    write_files_atomic(outputs)
+    if rank != 0:  # rank 0 speaks for the run
+        return {"_text": ""}
+    return {**report.to_dict(), "written": [p for p, _ in outputs]}
+
+
+def _without_option(argv: list[str], option: str) -> list[str]:
+    """``argv`` less ``option VALUE`` / ``option=VALUE``."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == option:
+            skip = True
+        elif not a.startswith(option + "="):
+            out.append(a)
+    return out
+
+
+def cmd_models(args) -> dict:
+    from ..frontends.zoo import MODELS
+    return {"models": {name: spec.summary for name, spec in MODELS.items()}}
+
+
+def cmd_platforms(args) -> dict:
+    out = {}
+    for name in preset_names():
+        p = preset(name)
+        out[name] = {"description": p.description,
+                     "devices": [{"name": d.name, "type": d.type, "server": d.server,
+                                  "memory_bytes": d.memory_bytes if d.memory_bytes != float("inf") else None}
+                                 for d in p.devices], "sources": dict(p.sources)}
+    return {"platforms": out}
+
+
+def cmd_solvers(args) -> dict:
+    return {"solvers": {s.name: {"objectives": list(s.objectives), "summary": s.summary,
+                                 "options": [solvers.OPTIONS[o].flag for o in solvers.options_of(s.name)
+                                             if solvers.OPTIONS[o].cli],
+                                 "deterministic": s.deterministic}
+                        for s in solvers.REGISTRY.values()}}
