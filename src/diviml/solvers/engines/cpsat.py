@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
@@ -51,69 +52,22 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     Whole graphs gain from linearization level 2 (stronger bounds). ``small`` (MILP-SPLIT's modules of
     10-30 jobs) turns linearization and presolve off: measured 5-14x faster there, optima unchanged."""
     began = time.perf_counter()  # building the model counts against the limit too (20,000 tasks: seconds)
-    problem = jobs.problem
     tick = max(upper, 1e-300) / resolution
-    horizon = resolution
 
     def ticks(x: float) -> int:
         return int(math.floor(x / tick + 1e-9))
 
+    # the model in phases: variables and devices, precedence with transfers, memory, co-location and
+    # symmetry, the makespan with its redundant cuts, then the first schedule as a hint
     m = _Model()
-    start, end, x = {}, {}, {}
-    devices = {j: jobs.devices(j) for j in jobs.jobs}
-    duration = {(j, d): ticks(jobs.duration(j, d)) for j in jobs.jobs for d in devices[j]}
-    per_device: dict[str, list] = {d.name: [] for d in problem.platform.devices}
-    for j in jobs.jobs:
-        start[j] = m.new_int_var(0, horizon, "")
-        end[j] = m.new_int_var(0, horizon, "")
-        for d in devices[j]:
-            lit = m.new_bool_var("")
-            x[j, d] = lit
-            per_device[d].append(m.new_optional_interval_var(start[j], duration[j, d], end[j], lit, ""))
-            if jobs.released(j, d) > 0:
-                m.add(start[j] >= ticks(jobs.released(j, d))).only_enforce_if(lit)
-        m.add_exactly_one(x[j, d] for d in devices[j])
-    for ivs in per_device.values():
-        if len(ivs) > 1:
-            m.add_no_overlap(ivs)
-    for v in jobs.jobs:
-        for u in jobs.preds(v):
-            m.add(start[v] >= end[u])
-            for c in devices[v]:
-                # the transfer of u's output to device c is linear in u's assignment (0 when u is on c)
-                comm = [(ticks(jobs.transfer(u, a, c)), x[u, a]) for a in devices[u] if a != c]
-                comm = [(w, lit) for w, lit in comm if w > 0]
-                if comm:
-                    m.add(start[v] >= end[u] + sum(w * lit for w, lit in comm)).only_enforce_if(x[v, c])
-    _memory(m, jobs, x)
-    _colocation(m, jobs, x)
-    _symmetry(m, jobs, x, symmetry, ticks)
-    makespan = m.new_int_var(0, horizon, "makespan")
-    # redundant but strengthening: every job ends at least its fastest remaining path before the makespan,
-    # starts after its fastest path from a source, and each device's work fits below the makespan
-    head, tail = _heads_and_tails(jobs, ticks, duration)
-    for j in jobs.jobs:
-        m.add(start[j] >= head[j])
-        m.add(makespan >= end[j] + tail[j])
-    for d, ivs in per_device.items():
-        work = [(duration[j, d], x[j, d]) for j in jobs.jobs if (j, d) in x]
-        if work:
-            m.add(sum(w * lit for w, lit in work) <= makespan)
-    if cutoff is not None:
-        m.add(makespan <= ticks(cutoff))
-    for j, latest in (deadlines or {}).items():
-        m.add(end[j] <= ticks(latest))
-    m.minimize(makespan)
-
+    v = _variables(m, jobs, ticks, resolution)
+    _precedence(m, jobs, v, ticks)
+    _memory(m, jobs, v.x)
+    _colocation(m, jobs, v.x)
+    _symmetry(m, jobs, v.x, symmetry, ticks)
+    makespan = _makespan(m, jobs, v, ticks, resolution, cutoff, deadlines)
     if hint is not None:
-        hint_dev, hint_start = hint
-        for j in jobs.jobs:
-            s = ticks(hint_start[j])
-            m.add_hint(start[j], s)
-            m.add_hint(end[j], s + duration[j, hint_dev[j]])
-            for d in devices[j]:
-                m.add_hint(x[j, d], d == hint_dev[j])
-
+        _hint(m, jobs, v, ticks, hint)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(time_limit - (time.perf_counter() - began), 0.01)
     solver.parameters.random_seed = seed
@@ -125,15 +79,101 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
         solver.parameters.max_deterministic_time = max(work_limit, 0.0) * WORK_PER_SECOND
     callback = Progress(progress, tick, on_incumbent) if (progress or on_incumbent) else None
     code = solver.solve(m, callback) if callback else solver.solve(m)
-    bound = max(solver.best_objective_bound, 0) * tick if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
+    return _outcome(jobs, solver, code, v, tick, makespan)
+
+
+@dataclass(frozen=True)
+class _Vars:
+    """The model's variables: start[j], end[j] per job; x[j, d] job j on device d; its duration there in
+    ticks; the optional intervals of each device."""
+    start: dict
+    end: dict
+    x: dict
+    duration: dict
+    per_device: dict
+
+
+def _variables(m: cp_model.CpModel, jobs: JobGraph, ticks, horizon: int) -> _Vars:
+    """A job's start and end, one optional interval per allowed device sharing them, exactly one device, no
+    overlap on a device, and no start before a job's release on the device chosen."""
+    start, end, x = {}, {}, {}
+    duration = {(j, d): ticks(jobs.duration(j, d)) for j in jobs.jobs for d in jobs.devices(j)}
+    per_device: dict[str, list] = {d.name: [] for d in jobs.problem.platform.devices}
+    for j in jobs.jobs:
+        name = f"{j[0]},{j[1]}"
+        start[j] = m.new_int_var(0, horizon, f"start[{name}]")
+        end[j] = m.new_int_var(0, horizon, f"end[{name}]")
+        for d in jobs.devices(j):
+            lit = x[j, d] = m.new_bool_var(f"x[{name},{d}]")
+            per_device[d].append(m.new_optional_interval_var(start[j], duration[j, d], end[j], lit,
+                                                             f"on[{name},{d}]"))
+            if jobs.released(j, d) > 0:
+                m.add(start[j] >= ticks(jobs.released(j, d))).only_enforce_if(lit)
+        m.add_exactly_one(x[j, d] for d in jobs.devices(j))
+    for ivs in per_device.values():
+        if len(ivs) > 1:
+            m.add_no_overlap(ivs)
+    return _Vars(start, end, x, duration, per_device)
+
+
+def _precedence(m: cp_model.CpModel, jobs: JobGraph, v: _Vars, ticks) -> None:
+    """A consumer starts after its producer ends, plus the transfer between the devices chosen (linear in the
+    producer's assignment, 0 when both are on one device), enforced on the consumer's device literal."""
+    for job in jobs.jobs:
+        for u in jobs.preds(job):
+            m.add(v.start[job] >= v.end[u])
+            for c in jobs.devices(job):
+                comm = [(ticks(jobs.transfer(u, a, c)), v.x[u, a]) for a in jobs.devices(u) if a != c]
+                comm = [(w, lit) for w, lit in comm if w > 0]
+                if comm:
+                    m.add(v.start[job] >= v.end[u] + sum(w * lit for w, lit in comm)).only_enforce_if(v.x[job, c])
+
+
+def _makespan(m: cp_model.CpModel, jobs: JobGraph, v: _Vars, ticks, horizon: int, cutoff: float | None,
+              deadlines: dict | None):
+    """The makespan, minimised, with redundant but strengthening cuts: every job starts after its fastest
+    path from a source and ends at least its fastest remaining path before the makespan, and each device's
+    work fits below it; the cutoff and deadlines where given."""
+    makespan = m.new_int_var(0, horizon, "makespan")
+    head, tail = _heads_and_tails(jobs, ticks, v.duration)
+    for j in jobs.jobs:
+        m.add(v.start[j] >= head[j])
+        m.add(makespan >= v.end[j] + tail[j])
+    for d in v.per_device:
+        work = [(v.duration[j, d], v.x[j, d]) for j in jobs.jobs if (j, d) in v.x]
+        if work:
+            m.add(sum(w * lit for w, lit in work) <= makespan)
+    if cutoff is not None:
+        m.add(makespan <= ticks(cutoff))
+    for j, latest in (deadlines or {}).items():
+        m.add(v.end[j] <= ticks(latest))
+    m.minimize(makespan)
+    return makespan
+
+
+def _hint(m: cp_model.CpModel, jobs: JobGraph, v: _Vars, ticks, hint: tuple[dict, dict]) -> None:
+    """A first schedule (device and start per job) as CP-SAT's hint."""
+    hint_dev, hint_start = hint
+    for j in jobs.jobs:
+        s = ticks(hint_start[j])
+        m.add_hint(v.start[j], s)
+        m.add_hint(v.end[j], s + v.duration[j, hint_dev[j]])
+        for d in jobs.devices(j):
+            m.add_hint(v.x[j, d], d == hint_dev[j])
+
+
+def _outcome(jobs: JobGraph, solver: cp_model.CpSolver, code, v: _Vars, tick: float, makespan) -> Outcome:
+    """What CP-SAT found, in real time units: devices and starts, status, bound and statistics."""
+    found = code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    bound = max(solver.best_objective_bound, 0) * tick if found else 0.0
     stats = {"tick": tick, "cp_sat_branches": float(solver.num_branches),
              "work": solver.deterministic_time / WORK_PER_SECOND}
     if code == cp_model.INFEASIBLE:
         return Outcome(None, None, "infeasible", math.inf, None, stats)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if not found:
         return Outcome(None, None, "unknown", 0.0, None, stats)
-    device_of = {j: next(d for d in jobs.devices(j) if solver.value(x[j, d])) for j in jobs.jobs}
-    starts = {j: float(solver.value(start[j])) for j in jobs.jobs}
+    device_of = {j: next(d for d in jobs.devices(j) if solver.value(v.x[j, d])) for j in jobs.jobs}
+    starts = {j: float(solver.value(v.start[j])) for j in jobs.jobs}
     status = "optimal" if code == cp_model.OPTIMAL else "timeout"
     return Outcome(device_of, starts, status, bound, solver.objective_value * tick, stats)
 
