@@ -11,6 +11,8 @@ assignment and the order of the starts.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import networkx as nx
 
 from ..bounds import MILP
@@ -28,79 +30,112 @@ SCALE = 1000.0
 
 def build(jobs: JobGraph, upper: float, symmetry: str = "tasks"):
     """(model, variable maps) of the MILP; ``upper`` is a known makespan (big-M and C's upper bound)."""
-    problem = jobs.problem
-    m = LinearModel()
     # times are scaled so the known makespan is SCALE: seconds-sized coefficients (1e-6..1e-3) sit at
     # the level of the engines' tolerances and HiGHS then declares wrong optima (measured)
-    unit = SCALE / max(upper, 1e-300)
-    big = SCALE * (1 + 1e-9)
-
-    def duration(j, d):
-        return jobs.duration(j, d) * unit
-
-    def transfer(u, a, b):
-        return jobs.transfer(u, a, b) * unit
-    x = {(j, d): m.binary() for j in jobs.jobs for d in jobs.devices(j)}
-    s = {j: m.var(0.0, big) for j in jobs.jobs}
-    c = m.var(0.0, big, cost=1.0)
-
-    def end(j):  # terms of e[j]
-        return [(s[j], 1.0)] + [(x[j, d], duration(j, d)) for d in jobs.devices(j)]
-
-    for j in jobs.jobs:
-        m.row([(x[j, d], 1.0) for d in jobs.devices(j)], 1.0, 1.0)
-        if not jobs.succs(j):
-            m.row([(c, 1.0)] + [(i, -w) for i, w in end(j)], 0.0)
-        m.row([(i, w) for i, w in end(j)], upper=big)
-    for v in jobs.jobs:
-        for u in jobs.preds(v):
-            m.row([(s[v], 1.0)] + [(i, -w) for i, w in end(u)], 0.0)
-            for a in jobs.devices(u):
-                for b in jobs.devices(v):
-                    comm = transfer(u, a, b) if a != b else 0.0
-                    if comm > 0:  # s[v] - e[u] - comm x[u,a] - comm x[v,b] >= -comm
-                        m.row([(s[v], 1.0)] + [(i, -w) for i, w in end(u)] + [(x[u, a], -comm), (x[v, b], -comm)],
-                              -comm)
-    order = {}
-    dag = nx.DiGraph()
-    dag.add_nodes_from(jobs.jobs)
-    dag.add_edges_from((u, v) for v in jobs.jobs for u in jobs.preds(v))
-    closure = {j: nx.descendants(dag, j) for j in jobs.jobs}
-    for a_i, i in enumerate(jobs.jobs):
-        for j in jobs.jobs[a_i + 1:]:
-            if j in closure[i] or i in closure[j]:
-                continue
-            common = set(jobs.devices(i)) & set(jobs.devices(j))
-            if not common:
-                continue
-            o = m.binary()
-            order[i, j] = o
-            for d in common:
-                # o = 1: i before j on d -> s[j] >= e[i] - M(1 - o) - M(2 - x_i - x_j)
-                m.row([(s[j], 1.0)] + [(k, -w) for k, w in end(i)] + [(o, -big), (x[i, d], -big), (x[j, d], -big)],
-                      -3 * big)
-                # o = 0: j before i -> s[i] >= e[j] - M o - M(2 - x_i - x_j)
-                m.row([(s[i], 1.0)] + [(k, -w) for k, w in end(j)] + [(o, big), (x[i, d], -big), (x[j, d], -big)],
-                      -2 * big)
-    for dev, capacity, tasks in jobs.memory_limits():
-        terms = []
-        for task, nbytes in tasks:
-            z = m.binary()  # task resident on dev: any of its jobs there
-            for l in range(len(jobs.sizes)):
-                m.row([(z, 1.0), (x[(task, l), dev], -1.0)], 0.0)
-            terms.append((z, nbytes))
-        m.row(terms, upper=capacity)
-    for a, b, devices in jobs.colocated():
-        for d in devices:
-            m.row([(x[k], sgn) for k, sgn in (((a, d), 1.0), ((b, d), -1.0)) if k in x], 0.0, 0.0)
+    f = _Formulation(jobs, LinearModel(), SCALE / max(upper, 1e-300), SCALE * (1 + 1e-9))
+    # the model in phases: variables, one device per job and the makespan, precedence with transfers,
+    # order on a shared device, memory, co-location, symmetry
+    f.x = {(j, d): f.m.binary() for j in jobs.jobs for d in jobs.devices(j)}
+    f.s = {j: f.m.var(0.0, f.big) for j in jobs.jobs}
+    f.c = f.m.var(0.0, f.big, cost=1.0)
+    f.assignment()
+    f.precedence()
+    order = f.disjunctions()
+    f.memory()
+    f.colocation()
     if symmetry != "none":
-        for g in groups(problem):
+        f.symmetry(symmetry)
+    return f.m, {"x": f.x, "s": f.s, "c": f.c, "order": order, "unit": f.unit}
+
+
+@dataclass
+class _Formulation:
+    """The MILP of a job graph as it is built: x[j, d] job j on device d, s[j] its start, c the makespan (all
+    in units where the known makespan is SCALE); e[j] = s[j] + sum_d duration(j, d) x[j, d]."""
+    jobs: JobGraph
+    m: LinearModel
+    unit: float
+    big: float
+    x: dict = field(default_factory=dict)
+    s: dict = field(default_factory=dict)
+    c: int = -1
+
+    def duration(self, j, d) -> float:
+        return self.jobs.duration(j, d) * self.unit
+
+    def end(self, j) -> list:
+        """Terms of e[j]."""
+        return [(self.s[j], 1.0)] + [(self.x[j, d], self.duration(j, d)) for d in self.jobs.devices(j)]
+
+    def assignment(self) -> None:
+        """One device per job; the makespan after every sink; every job ends within the horizon."""
+        for j in self.jobs.jobs:
+            self.m.row([(self.x[j, d], 1.0) for d in self.jobs.devices(j)], 1.0, 1.0)
+            if not self.jobs.succs(j):
+                self.m.row([(self.c, 1.0)] + [(i, -w) for i, w in self.end(j)], 0.0)
+            self.m.row([(i, w) for i, w in self.end(j)], upper=self.big)
+
+    def precedence(self) -> None:
+        """A consumer starts after its producer ends, plus the transfer where their devices differ."""
+        jobs = self.jobs
+        for v in jobs.jobs:
+            for u in jobs.preds(v):
+                self.m.row([(self.s[v], 1.0)] + [(i, -w) for i, w in self.end(u)], 0.0)
+                for a in jobs.devices(u):
+                    for b in jobs.devices(v):
+                        comm = jobs.transfer(u, a, b) * self.unit if a != b else 0.0
+                        if comm > 0:  # s[v] - e[u] - comm x[u,a] - comm x[v,b] >= -comm
+                            self.m.row([(self.s[v], 1.0)] + [(i, -w) for i, w in self.end(u)]
+                                       + [(self.x[u, a], -comm), (self.x[v, b], -comm)], -comm)
+
+    def disjunctions(self) -> dict:
+        """o[i, j] = 1: i before j on a device both are on (pairs not ordered by the graph); big-M rows."""
+        jobs, m, big, s, x = self.jobs, self.m, self.big, self.s, self.x
+        dag = nx.DiGraph()
+        dag.add_nodes_from(jobs.jobs)
+        dag.add_edges_from((u, v) for v in jobs.jobs for u in jobs.preds(v))
+        closure = {j: nx.descendants(dag, j) for j in jobs.jobs}
+        order = {}
+        for a_i, i in enumerate(jobs.jobs):
+            for j in jobs.jobs[a_i + 1:]:
+                common = set(jobs.devices(i)) & set(jobs.devices(j))
+                if j in closure[i] or i in closure[j] or not common:
+                    continue
+                o = order[i, j] = m.binary()
+                for d in common:
+                    # o = 1: i before j on d -> s[j] >= e[i] - M(1 - o) - M(2 - x_i - x_j)
+                    m.row([(s[j], 1.0)] + [(k, -w) for k, w in self.end(i)]
+                          + [(o, -big), (x[i, d], -big), (x[j, d], -big)], -3 * big)
+                    # o = 0: j before i -> s[i] >= e[j] - M o - M(2 - x_i - x_j)
+                    m.row([(s[i], 1.0)] + [(k, -w) for k, w in self.end(j)]
+                          + [(o, big), (x[i, d], -big), (x[j, d], -big)], -2 * big)
+        return order
+
+    def memory(self) -> None:
+        """z: a task resident on a device (any of its jobs there); the resident weights fit."""
+        for dev, capacity, tasks in self.jobs.memory_limits():
+            terms = []
+            for task, nbytes in tasks:
+                z = self.m.binary()
+                for l in range(len(self.jobs.sizes)):
+                    self.m.row([(z, 1.0), (self.x[(task, l), dev], -1.0)], 0.0)
+                terms.append((z, nbytes))
+            self.m.row(terms, upper=capacity)
+
+    def colocation(self) -> None:
+        for a, b, devices in self.jobs.colocated():
+            for d in devices:
+                self.m.row([(self.x[k], sgn) for k, sgn in (((a, d), 1.0), ((b, d), -1.0)) if k in self.x], 0.0, 0.0)
+
+    def symmetry(self, criterion: str) -> None:
+        """Identical devices in order of their jobs (``tasks``) or busy time (``busy``)."""
+        jobs, x = self.jobs, self.x
+        for g in groups(jobs.problem):
             for d1, d2 in zip(g, g[1:]):
                 def w(j, d):
-                    return 1.0 if symmetry == "tasks" else duration(j, d)
-                m.row([(x[j, d1], w(j, d1)) for j in jobs.jobs if (j, d1) in x]
-                      + [(x[j, d2], -w(j, d2)) for j in jobs.jobs if (j, d2) in x], 0.0)
-    return m, {"x": x, "s": s, "c": c, "order": order, "unit": unit}
+                    return 1.0 if criterion == "tasks" else self.duration(j, d)
+                self.m.row([(x[j, d1], w(j, d1)) for j in jobs.jobs if (j, d1) in x]
+                           + [(x[j, d2], -w(j, d2)) for j in jobs.jobs if (j, d2) in x], 0.0)
 
 
 def hint_vector(m: LinearModel, maps, jobs: JobGraph, symmetry: str) -> list[float] | None:
