@@ -38,7 +38,7 @@ COMMANDS = {"schedule": cmd_schedule, "evaluate": cmd_evaluate, "validate": cmd_
 
 def _children() -> set[int]:
     """This process's child processes: the solvers' worker pools and the ranks of 'run --nproc'."""
-    pids = {p.pid for p in multiprocessing.active_children()}
+    pids = {p.pid for p in multiprocessing.active_children() if p.pid is not None}
     me = str(os.getpid())
     for stat in Path("/proc").glob("[0-9]*/stat"):  # Linux: children not started by multiprocessing too
         try:

@@ -255,10 +255,10 @@ def cmd_run(args) -> dict:
             outputs.append((path, measured.render_gantt(report, path)))
         wanted = args.calibrate_out or args.calibrate_platform_out
         calibrated = calibrated_graph(report, plan, problem) if wanted and problem is not None else None
-        if args.calibrate_out:
+        if args.calibrate_out and calibrated is not None:  # --calibrate-out needs --graph (checked above)
             outputs.append((args.calibrate_out, json.dumps(calibrated.to_dict(), indent=1)))
         if args.calibrate_platform_out:
-            on_graph = Problem(calibrated, platform, problem.objective) if calibrated is not None else None
+            on_graph = Problem(calibrated, platform, problem.objective) if calibrated is not None and problem else None
             data = calibrated_platform(report, platform, plan=plan, problem=on_graph).to_dict()
             import yaml
             text = (yaml.safe_dump(data, sort_keys=False) if Path(args.calibrate_platform_out).suffix in (".yaml", ".yml")

@@ -102,7 +102,8 @@ def bars_and_transfers(plan: Plan, problem: Problem) -> tuple[list[Bar], list[Tr
     by_task: dict[str, list[_Job]] = {}
     for a in plan.assignments:
         b = a.batch or plan.batch_size
-        job = _Job(a.task, a.device, a.start, a.start + problem.time(a.task, a.device, b), b, len(by_task.get(a.task, ())),
+        start = a.start or 0.0  # latency and batch plans carry every start
+        job = _Job(a.task, a.device, start, start + problem.time(a.task, a.device, b), b, len(by_task.get(a.task, ())),
                    rows_of.get(a.task, 0))
         rows_of[a.task] = job.offset + b
         jobs.append(job)

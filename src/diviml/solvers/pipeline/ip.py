@@ -30,37 +30,58 @@ NAME = "ip"
 
 
 def build(problem: Problem, contracted: Contracted, symmetry: str, unit: float = 1.0):
-    """The IP with loads multiplied by ``unit`` (chosen so values are O(1000), clear of solver tolerances)."""
-    graph, platform = problem.graph, problem.platform
+    """The IP with loads multiplied by ``unit`` (chosen so values are O(1000), clear of solver tolerances).
+
+    In phases: x[c, d] class c on device d (exactly one); T[phase] the max load; each device's compute
+    load; o/i[k, d] producer k's output hopped out of / into d, on d's load; loads below T; memory;
+    contiguity (z[c, d]: c reached from d); symmetry between identical devices."""
     gpipe = problem.is_training and problem.objective.training == "gpipe"
     phases = ("forward", "backward") if gpipe else ("all",)
     m = LinearModel()
-    devices = [d.name for d in platform.devices]
+    devices = [d.name for d in problem.platform.devices]
+    x = _assignment(m, problem, contracted, devices)
+    T = {ph: m.var(0.0, cost=1.0) for ph in phases}
+
+    def phase_of(task_id: str) -> str:
+        return problem.graph.by_id[task_id].phase if gpipe else "all"
+
+    load = {(d, ph): [] for d in devices for ph in phases}
+    for c, members in enumerate(contracted.members):
+        for d in devices:
+            if (c, d) in x:
+                for t in members:
+                    load[d, phase_of(t)].append((x[c, d], problem.time(t, d) * unit))
+    comm = _communication(m, problem, contracted, devices, x, load, phase_of, unit)
+    for (d, ph), terms in load.items():
+        m.row(terms + [(T[ph], -1.0)], upper=0.0)
+    _memory(m, problem, contracted, x)
+    z = _contiguity(m, contracted, devices, x) if problem.objective.contiguous else {}
+    if symmetry != "none":
+        _symmetry(m, problem, contracted, x, load, phases, symmetry)
+    return m, {"x": x, "T": T, "comm": comm, "z": z, "unit": unit}
+
+
+def _assignment(m: LinearModel, problem: Problem, contracted: Contracted, devices: list[str]) -> dict:
+    """x[c, d]: class c on device d, where every member may run there; exactly one device per class."""
     x = {}
     for c, members in enumerate(contracted.members):
         for d in devices:
             if all(d in problem.allowed_devices[t] for t in members):
                 x[c, d] = m.binary()
         m.row([(x[c, d], 1.0) for d in devices if (c, d) in x], 1.0, 1.0)
-    T = {ph: m.var(0.0, cost=1.0) for ph in phases}
-    load = {(d, ph): [] for d in devices for ph in phases}
+    return x
 
-    def phase_of(task_id: str) -> str:
-        return graph.by_id[task_id].phase if gpipe else "all"
 
-    for c, members in enumerate(contracted.members):
-        for d in devices:
-            if (c, d) not in x:
-                continue
-            for t in members:
-                load[d, phase_of(t)].append((x[c, d], problem.time(t, d) * unit))
+def _communication(m: LinearModel, problem: Problem, contracted: Contracted, devices: list[str], x: dict,
+                   load: dict, phase_of, unit: float) -> dict:
+    """o/i[k, d]: producer k's output leaves / enters accelerator d (a consumer elsewhere / the producer
+    elsewhere), each hop on d's load in the producer's phase."""
+    graph, platform = problem.graph, problem.platform
     comm = {}
     for k, (t, pc, consumers) in enumerate(contracted.producers):
         for d in devices:
             dev = platform.by_name[d]
-            if dev.is_host:
-                continue
-            cost = platform.hop_time(graph.by_id[t], dev) * unit
+            cost = 0.0 if dev.is_host else platform.hop_time(graph.by_id[t], dev) * unit
             if cost <= 0:
                 continue
             o, i = m.var(0.0, 1.0), m.var(0.0, 1.0)
@@ -68,41 +89,53 @@ def build(problem: Problem, contracted: Contracted, symmetry: str, unit: float =
             xp = x.get((pc, d))
             for c2 in consumers:
                 xc = x.get((c2, d))
-                terms_out = [(o, 1.0)] + ([(xp, -1.0)] if xp is not None else []) + ([(xc, 1.0)] if xc is not None else [])
-                m.row(terms_out, 0.0)
-                terms_in = [(i, 1.0)] + ([(xc, -1.0)] if xc is not None else []) + ([(xp, 1.0)] if xp is not None else [])
-                m.row(terms_in, 0.0)
+                m.row([(o, 1.0)] + ([(xp, -1.0)] if xp is not None else []) + ([(xc, 1.0)] if xc is not None else []),
+                      0.0)
+                m.row([(i, 1.0)] + ([(xc, -1.0)] if xc is not None else []) + ([(xp, 1.0)] if xp is not None else []),
+                      0.0)
             load[d, phase_of(t)] += [(o, cost), (i, cost)]
-    for (d, ph), terms in load.items():
-        m.row(terms + [(T[ph], -1.0)], upper=0.0)
-    for dev in platform.devices:
+    return comm
+
+
+def _memory(m: LinearModel, problem: Problem, contracted: Contracted, x: dict) -> None:
+    """The weights of the classes on a device fit, where they could overflow it."""
+    graph = problem.graph
+    for dev in problem.platform.devices:
         if math.isfinite(dev.memory_bytes):
             terms = [(x[c, dev.name], sum(graph.by_id[t].memory_bytes for t in ms))
                      for c, ms in enumerate(contracted.members) if (c, dev.name) in x]
             terms = [(v, w) for v, w in terms if w > 0]
             if terms and sum(w for _, w in terms) > dev.memory_bytes:
                 m.row(terms, upper=dev.memory_bytes)
+
+
+def _contiguity(m: LinearModel, contracted: Contracted, devices: list[str], x: dict) -> dict:
+    """z[c, d]: class c reached from device d's classes; nothing reached re-enters d (contiguous splits)."""
     z = {}
-    if problem.objective.contiguous:
-        for d in devices:
-            for c in range(contracted.num_classes):
-                z[c, d] = m.var(0.0, 1.0)
-                if (c, d) in x:
-                    m.row([(z[c, d], 1.0), (x[c, d], -1.0)], 0.0)
-            for a, b in contracted.forward_edges:
-                m.row([(z[b, d], 1.0), (z[a, d], -1.0)], 0.0)
-                terms = [(z[a, d], 1.0)] + ([(x[b, d], 1.0)] if (b, d) in x else []) + ([(x[a, d], -1.0)] if (a, d) in x else [])
-                m.row(terms, upper=1.0)
-    if symmetry != "none":
-        for g in groups(problem):
-            for d1, d2 in zip(g, g[1:]):
-                if symmetry == "tasks":
-                    m.row([(x[c, d1], 1.0) for c in range(contracted.num_classes) if (c, d1) in x]
-                          + [(x[c, d2], -1.0) for c in range(contracted.num_classes) if (c, d2) in x], 0.0)
-                else:
-                    m.row([(v, w) for ph in phases for v, w in load[d1, ph]]
-                          + [(v, -w) for ph in phases for v, w in load[d2, ph]], 0.0)
-    return m, {"x": x, "T": T, "comm": comm, "z": z, "unit": unit}
+    for d in devices:
+        for c in range(contracted.num_classes):
+            z[c, d] = m.var(0.0, 1.0)
+            if (c, d) in x:
+                m.row([(z[c, d], 1.0), (x[c, d], -1.0)], 0.0)
+        for a, b in contracted.forward_edges:
+            m.row([(z[b, d], 1.0), (z[a, d], -1.0)], 0.0)
+            m.row([(z[a, d], 1.0)] + ([(x[b, d], 1.0)] if (b, d) in x else [])
+                  + ([(x[a, d], -1.0)] if (a, d) in x else []), upper=1.0)
+    return z
+
+
+def _symmetry(m: LinearModel, problem: Problem, contracted: Contracted, x: dict, load: dict, phases,
+              symmetry: str) -> None:
+    """Identical devices in order of their classes (``tasks``) or their load (``busy``)."""
+    classes = range(contracted.num_classes)
+    for g in groups(problem):
+        for d1, d2 in zip(g, g[1:]):
+            if symmetry == "tasks":
+                m.row([(x[c, d1], 1.0) for c in classes if (c, d1) in x]
+                      + [(x[c, d2], -1.0) for c in classes if (c, d2) in x], 0.0)
+            else:
+                m.row([(v, w) for ph in phases for v, w in load[d1, ph]]
+                      + [(v, -w) for ph in phases for v, w in load[d2, ph]], 0.0)
 
 
 def hint_vector(m: LinearModel, maps, problem: Problem, contracted: Contracted, placement: dict[str, str],
