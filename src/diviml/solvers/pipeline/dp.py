@@ -9,7 +9,7 @@ with ``n`` the number of devices of each class still free and ``dp[{}][n] = 0`` 
 The answer is ``dp[all][counts]``. For each I, the ideals J > I are walked depth-first along a canonical
 tree (each J from the J' that lacks J's highest new class), updating compute, memory and the transfer hops
 of J \\ I incrementally; subtrees whose compute already exceeds a known plan's value on every device class
-are cut. The walk and the update run compiled (:mod:`.pipeline_dp_kernel`, numba): bert_l-3 training, 51M
+are cut. The walk and the update run compiled (:mod:`.dp_kernel`, numba): bert_l-3 training, 51M
 pairs, went from 130-196 s in Python to about 4 s. Budgets on ideals and pairs, and the time limit, stop
 the run with a clear message instead of exhausting memory or time.
 Handles inference and PipeDream training (a device's load = forward + backward); GPipe needs ``ip``.
@@ -112,7 +112,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, max_idea
 def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideals: int, max_pairs: int,
            upper: float, progress=None) -> tuple[float, dict[str, str], dict]:
     """(optimal contiguous value, placement, stats) over the given contraction; ``upper``: a known plan's
-    value, which cuts the walks (see :func:`.pipeline_dp_kernel.walk_from`)."""
+    value, which cuts the walks (see :func:`.dp_kernel.walk_from`)."""
     dclasses = device_classes(problem)
     num = contracted.num_classes
     import networkx as nx

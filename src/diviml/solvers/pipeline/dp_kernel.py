@@ -9,7 +9,7 @@ updates ``dp[J, s]`` for every state ``s`` with a free device of class d:
 class (compute only grows along a branch), or S no longer fits any class's memory.
 
 All inputs are flat arrays (CSR lists), so the loop runs at compiled speed; the Python DP in
-:mod:`.pipeline_dp` prepares them and reconstructs the plan.
+:mod:`.dp` prepares them and reconstructs the plan.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Exact pipeline (max-load) partitioning as an integer program (NeurIPS 2020), HiGHS or Gurobi.
 
-Over co-location classes (see :mod:`.pipeline_common`) and devices:
+Over co-location classes (see :mod:`.common`) and devices:
 ``x[c,d]`` binary, one device per class; for every producer k (a task whose output reaches another class)
 and non-host device d, ``out[k,d] >= x[class(k),d] - x[c',d]`` and ``in[k,d] >= x[c',d] - x[class(k),d]``
 for each consuming class c' (its output leaves d once / enters d once); load of d = compute + hop cost x
