@@ -118,137 +118,156 @@ def split_rows(captured: Captured, parts: dict, device_order: dict, batch: int) 
     """The program with one copy of every split task per part (see the module docstring).
 
     ``parts``: task -> [(device, samples)] in sample order; ``device_order``: device -> [(task, part index)]."""
-    import torch
-    aten = torch.ops.aten
-    layout = _Layout(captured)
-    gm = captured.gm
-    task_of = task_of_nodes(captured)
-    user = set(captured.user_inputs)
-    offsets = {t: sample_offsets([b for _, b in p]) for t, p in parts.items()}
-    graph = torch.fx.Graph()
-    whole: dict[str, object] = {}  # placeholder / attribute name -> its node in the new graph
-    copy: dict[tuple[str, int], object] = {}  # (old node, part) -> its copy
-    new_task: dict[str, str] = {}  # new node name -> job id
-    glue_cache: dict[tuple, object] = {}
+    return _RowSplitter(captured, parts, batch).jobs(device_order)
 
-    def rows(task: str, k: int) -> tuple[int, int]:
-        lo = offsets[task][k]
-        return lo, lo + parts[task][k][1]
 
-    def emit(job: str, target, args) -> object:
-        node = graph.call_function(target, args)
-        new_task[node.name] = job
+class _RowSplitter:
+    """Rewrites a captured program into one copy of each task per part, with the glue (cuts and joins of
+    rows) between parts of different sizes; the state of one rewrite."""
+
+    def __init__(self, captured: Captured, parts: dict, batch: int):
+        import torch
+        self.torch, self.aten = torch, torch.ops.aten
+        self.captured, self.parts, self.batch = captured, parts, batch
+        self.layout = _Layout(captured)
+        self.task_of = task_of_nodes(captured)
+        self.user = set(captured.user_inputs)
+        self.offsets = {t: sample_offsets([b for _, b in p]) for t, p in parts.items()}
+        self.graph = torch.fx.Graph()
+        self.whole: dict[str, object] = {}  # placeholder / attribute name -> its node in the new graph
+        self.copy: dict[tuple[str, int], object] = {}  # (old node, part) -> its copy
+        self.new_task: dict[str, str] = {}  # new node name -> job id
+        self.glue: dict[tuple, object] = {}  # (old node, job) -> the value that job reads
+        self.joins: dict[str, str] = {}  # join job -> its device
+
+    def rows(self, task: str, k: int) -> tuple[int, int]:
+        lo = self.offsets[task][k]
+        return lo, lo + self.parts[task][k][1]
+
+    def emit(self, job: str, target, args) -> object:
+        node = self.graph.call_function(target, args)
+        self.new_task[node.name] = job
         return node
 
-    def in_layout(job: str, old, make):
+    def in_layout(self, job: str, old, make):
         """``make(permuted) -> tensor`` run with the value's dimensions in the memory order the whole tensor
         has in the program, so the result is dense in that order: later views need the strides the program
         gave it (a cut or joined tensor is otherwise laid out as a fresh contiguous one)."""
-        order = layout.memory_order(old, batch)
+        order = self.layout.memory_order(old, self.batch)
         if order == list(range(len(order))):
             return make(lambda x: x, lambda d: d)
         back = [order.index(d) for d in range(len(order))]
-        dense = make(lambda x: emit(job, aten.permute.default, (x, order)), lambda d: order.index(d))
-        return emit(job, aten.permute.default, (dense, back))
+        dense = make(lambda x: self.emit(job, self.aten.permute.default, (x, order)), lambda d: order.index(d))
+        return self.emit(job, self.aten.permute.default, (dense, back))
 
-    def cut_rows(job: str, old, value, where: tuple[int, int], lo: int, hi: int):
+    def cut_rows(self, job: str, old, value, where: tuple[int, int], lo: int, hi: int):
         """Samples [lo, hi) of a value, dense in the value's own memory order."""
         dim, per = where
-        return in_layout(job, old, lambda to, at: emit(job, aten.clone.default, (emit(
+        aten = self.aten
+        return self.in_layout(job, old, lambda to, at: self.emit(job, aten.clone.default, (self.emit(
             job, aten.slice.Tensor, (to(value), at(dim), lo * per, hi * per)),), ))
 
-    def join(job: str, old, values: list, dim: int):
-        return in_layout(job, old, lambda to, at: emit(job, aten.cat.default, ([to(v) for v in values], at(dim))))
+    def join(self, job: str, old, values: list, dim: int):
+        return self.in_layout(job, old, lambda to, at: self.emit(job, self.aten.cat.default,
+                                                                 ([to(v) for v in values], at(dim))))
 
-    def read(a, task: str, k: int):
+    def read(self, a, task: str, k: int):
         """The value of old node ``a`` as part ``k`` of ``task`` needs it."""
-        if a.name in whole:
-            return whole[a.name]
-        producer = task_of.get(a.name)
+        if a.name in self.whole:
+            return self.whole[a.name]
+        producer = self.task_of.get(a.name)
         if producer == task:
-            return copy[a.name, k]
-        n = rows(task, k)[1] - rows(task, k)[0]
-        scalar = layout.scalar(a, n)
+            return self.copy[a.name, k]
+        lo, hi = self.rows(task, k)
+        scalar = self.layout.scalar(a, hi - lo)
         if scalar is not None:
             return scalar
-        lo, hi = rows(task, k)
-        job = job_id(task, k, parts)
-        where = layout.batch_dim(a)
-        if a.name in user:  # a user input is whole on its device: slice what this part needs
-            if where is None or (lo, hi) == (0, batch):
-                return copy[a.name, 0]
+        job = job_id(task, k, self.parts)
+        where = self.layout.batch_dim(a)
+        if a.name in self.user:  # a user input is whole on its device: slice what this part needs
+            if where is None or (lo, hi) == (0, self.batch):
+                return self.copy[a.name, 0]
             if where == "unknown":
                 raise InputError(f"input {a.name!r} carries the batch where it cannot be cut")
-            key = (a.name, job)
-            if key not in glue_cache:
-                glue_cache[key] = cut_rows(job, a, copy[a.name, 0], where, lo, hi)
-            return glue_cache[key]
+            if (a.name, job) not in self.glue:
+                self.glue[a.name, job] = self.cut_rows(job, a, self.copy[a.name, 0], where, lo, hi)
+            return self.glue[a.name, job]
         if where is None:  # the same whole value in every part
-            return copy[a.name, 0]
-        same = [j for j in range(len(parts[producer])) if rows(producer, j) == (lo, hi)]
+            return self.copy[a.name, 0]
+        same = [j for j in range(len(self.parts[producer])) if self.rows(producer, j) == (lo, hi)]
         if same:
-            return copy[a.name, same[0]]
+            return self.copy[a.name, same[0]]
         if where == "unknown":
             raise InputError(f"task {task!r} and its input {producer!r} are split into different sub-batches, but "
                              f"{producer!r}'s output holds the batch where samples cannot be cut from it: give "
                              "both the same split")
-        key = (a.name, job)
-        if key in glue_cache:
-            return glue_cache[key]
+        if (a.name, job) not in self.glue:
+            self.glue[a.name, job] = self.glued(a, producer, job, where, lo, hi)
+        return self.glue[a.name, job]
+
+    def glued(self, a, producer: str, job: str, where: tuple[int, int], lo: int, hi: int):
+        """Rows [lo, hi) of ``a`` from the producer's parts that overlap them, cut and joined."""
         pieces = []
-        for j in range(len(parts[producer])):
-            plo, phi = rows(producer, j)
+        for j in range(len(self.parts[producer])):
+            plo, phi = self.rows(producer, j)
             top, bottom = max(lo, plo), min(hi, phi)
             if top >= bottom:
                 continue
-            value = copy[a.name, j]
-            pieces.append(value if (top, bottom) == (plo, phi) else cut_rows(job, a, value, where, top - plo, bottom - plo))
-        glue_cache[key] = pieces[0] if len(pieces) == 1 else join(job, a, pieces, where[0])
-        return glue_cache[key]
+            value = self.copy[a.name, j]
+            pieces.append(value if (top, bottom) == (plo, phi)
+                          else self.cut_rows(job, a, value, where, top - plo, bottom - plo))
+        return pieces[0] if len(pieces) == 1 else self.join(job, a, pieces, where[0])
 
-    output = None
-    for node in gm.graph.nodes:
-        if node.op == "output":
-            output = node
-            continue
-        if node.op in ("placeholder", "get_attr") or node.name not in task_of:
-            new = graph.node_copy(node, lambda a: whole[a.name])
-            whole[node.name] = new
-            if node.name in user:
-                del whole[node.name]
-                copy[node.name, 0] = new
-                new_task[new.name] = job_id(node.name, 0, parts)
-            continue
-        task = task_of[node.name]
-        for k in range(len(parts[task])):
-            new = graph.node_copy(node, lambda a, k=k, task=task: read(a, task, k))
-            copy[node.name, k] = new
-            new_task[new.name] = job_id(task, k, parts)
+    def copy_nodes(self):
+        """Every node copied once per part of its task (placeholders and attributes once); the output node."""
+        output = None
+        for node in self.captured.gm.graph.nodes:
+            if node.op == "output":
+                output = node
+                continue
+            if node.op in ("placeholder", "get_attr") or node.name not in self.task_of:
+                new = self.graph.node_copy(node, lambda a: self.whole[a.name])
+                self.whole[node.name] = new
+                if node.name in self.user:
+                    del self.whole[node.name]
+                    self.copy[node.name, 0] = new
+                    self.new_task[new.name] = job_id(node.name, 0, self.parts)
+                continue
+            task = self.task_of[node.name]
+            for k in range(len(self.parts[task])):
+                new = self.graph.node_copy(node, lambda a, k=k, task=task: self.read(a, task, k))
+                self.copy[node.name, k] = new
+                self.new_task[new.name] = job_id(task, k, self.parts)
+        return output
 
-    joins: dict[str, str] = {}  # join job -> its device
-
-    def result(a):
-        task = task_of[a.name]
-        if len(parts[task]) == 1:
-            return copy[a.name, 0]
-        where = layout.batch_dim(a)
+    def result(self, a):
+        """The model's output ``a``, its parts joined where its task is split."""
+        task = self.task_of[a.name]
+        if len(self.parts[task]) == 1:
+            return self.copy[a.name, 0]
+        where = self.layout.batch_dim(a)
         if not isinstance(where, tuple):
             raise InputError(f"the model's output {a.name!r} is split into sub-batches but its batch cannot be "
                              "located to join them: keep its task whole")
         # the join is a job of its own, last on the device of the largest part: it waits for every part and
         # nothing waits for it, so it cannot hold up a device another part needs
-        device = max(parts[task], key=lambda p: p[1])[0]
-        joins[f"{task}:join"] = device
-        return join(f"{task}:join", a, [copy[a.name, k] for k in range(len(parts[task]))], where[0])
+        device = max(self.parts[task], key=lambda p: p[1])[0]
+        self.joins[f"{task}:join"] = device
+        return self.join(f"{task}:join", a, [self.copy[a.name, k] for k in range(len(self.parts[task]))], where[0])
 
-    graph.output(torch.fx.node.map_arg(output.args[0], result))
-    module = torch.fx.GraphModule(gm, graph)
-    names = [n.name for n in graph.nodes if n.op == "placeholder"]
-    if names != [n.name for n in gm.graph.nodes if n.op == "placeholder"]:
-        raise InputError("the rewritten program renamed its inputs")  # a bug, not the user's input
-    present = set(new_task.values())  # a split user input is one job: its other parts hold no operators
-    order = {d: [job_id(t, k, parts) for t, k in seq if job_id(t, k, parts) in present]
-             for d, seq in device_order.items()}
-    for job, device in joins.items():
-        order.setdefault(device, []).append(job)
-    return Jobs(replace(captured, gm=module), new_task, order, {key: n.name for key, n in copy.items()})
+    def jobs(self, device_order: dict) -> Jobs:
+        """The rewritten program as jobs, each device's jobs in the plan's order (joins last)."""
+        torch, gm, parts = self.torch, self.captured.gm, self.parts
+        output = self.copy_nodes()
+        self.graph.output(torch.fx.node.map_arg(output.args[0], self.result))
+        module = torch.fx.GraphModule(gm, self.graph)
+        names = [n.name for n in self.graph.nodes if n.op == "placeholder"]
+        if names != [n.name for n in gm.graph.nodes if n.op == "placeholder"]:
+            raise InputError("the rewritten program renamed its inputs")  # a bug, not the user's input
+        present = set(self.new_task.values())  # a split user input is one job: its other parts hold no operators
+        order = {d: [job_id(t, k, parts) for t, k in seq if job_id(t, k, parts) in present]
+                 for d, seq in device_order.items()}
+        for job, device in self.joins.items():
+            order.setdefault(device, []).append(job)
+        return Jobs(replace(self.captured, gm=module), self.new_task, order,
+                    {key: n.name for key, n in self.copy.items()})
