@@ -169,24 +169,8 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
 
     if isinstance(source, str):
         source = model_source(source)
-    if repeats < 1 or warmup < 0:
-        raise InputError(f"--repeats must be >= 1 and --warmup >= 0, got {repeats} and {warmup}")
-    unknown = sorted({a.device for a in plan.assignments} - set(platform.by_name))
-    if unknown:
-        raise InputError(f"the plan uses devices {unknown} that platform {platform.name!r} lacks: give the "
-                         "platform it was scheduled for (--platform)")
-    split = any(len(p) > 1 for p in plan.parts.values())
-    order = plan.device_order
-    if order is None:
-        raise InputError(f"a {plan.objective_kind} plan has no start times to run in order: run a latency or "
-                         "batch plan")
-    batch = batch or plan.batch_size
-    if split and batch != plan.batch_size:
-        raise InputError(f"the plan splits tasks into sub-batches of a batch of {plan.batch_size}: run it at that "
-                         f"batch, not {batch}")
-    if source.batch_fixed is not None and batch != source.batch_fixed:
-        raise InputError(f"the model's factory gives inputs of batch {source.batch_fixed} but the plan is for "
-                         f"batch {batch}: profile and schedule at the factory's batch")
+    batch = _check_request(source, plan, platform, batch, repeats, warmup)
+    split, order = any(len(p) > 1 for p in plan.parts.values()), plan.device_order
     rank_of = rank_of_devices(platform, world)
     used = sorted({a.device for a in plan.assignments}, key=list(platform.by_name).index)
     devices = torch_devices(platform, used, rank_of, rank)
@@ -194,12 +178,10 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     cpu_threads = next((d.threads for d in platform.devices if d.is_host and d.threads), None)
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
-
     if progress:
         progress(f"capturing {source.name} at batch {batch}")
     torch.manual_seed(0)  # every rank builds the same weights
-    model = source.build()
-    captured = capture_at(model, source.inputs, batch)
+    captured = capture_at(source.build(), source.inputs, batch)
     if problem is not None:
         _check_edges(captured, problem.graph)
     if split:  # one copy of a split task per sub-batch (runtime._rows)
@@ -208,9 +190,6 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     else:
         runnable, program = captured, cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()})
     values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
-    state = {v: values[v] for v in program.state}
-    inputs = {v: values[v] for v in program.inputs}
-
     reference, meta = _reference(captured, runnable, program, torch)
     eager = _time_eager(captured, torch, max(3, repeats // 2))
     comm = None
@@ -219,52 +198,20 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
         comm = Comm(program, rank_of, rank, meta)
     local = {d for d in program.pieces if rank_of[d] == rank}
     executor = Executor(program, {**devices, **{d: torch.device("cpu") for d in program.pieces if d not in devices}},
-                        threads, state, inputs, comm=comm, local=local)
-    samples, runs, t0s, worst, one_host = [], [], [], 0.0, True
+                        threads, {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs},
+                        comm=comm, local=local)
+    timed = _timed_runs(executor, comm, reference, warmup, repeats, progress, torch)
     notes: list[str] = []
-    match = True
-    try:
-        for i in range(warmup + repeats):
-            if comm is not None:
-                torch.distributed.barrier()
-            results, timings, wall = executor.run()
-            ok, err = _compare(results, reference, torch)
-            match, worst = match and ok, max(worst, err)
-            if comm is not None:
-                wall, match, worst = _agree(torch, wall, match, worst)
-            if i >= warmup:
-                samples.append(wall)
-                runs.append(timings)
-                t0s.append(executor.t0)
-            if progress and (i + 1) % max(1, (warmup + repeats) // 5) == 0:
-                progress(f"  run {i + 1}/{warmup + repeats}: {wall * 1e3:.3f} ms")
-    finally:
-        executor.close()
-    if comm is not None:  # every rank's timings on rank 0's clock (one host: one monotonic clock)
-        gathered = [None] * world
-        torch.distributed.all_gather_object(gathered, (socket.gethostname(), t0s, runs))
-        one_host = len({host for host, _, _ in gathered}) == 1
-        if not one_host:
-            notes.append("ranks on several hosts: their timelines are each on their own clock, hand-offs between "
-                         "them are not measured")
-        runs = [sum((_shifted(g_runs[k], g_t0s[k] - t0s[k] if one_host else 0.0) for _, g_t0s, g_runs in gathered),
-                    []) for k in range(len(runs))]
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()  # gloo's threads end before the interpreter does
-    if not match:
+    runs, one_host = timed.runs, True
+    if comm is not None:
+        runs, one_host = _on_one_clock(torch, world, timed.t0s, runs, notes)
+    if not timed.match:
         raise ValidationError(f"the split program's outputs differ from the unsplit module's (largest absolute "
-                              f"difference {worst:.3g}, beyond the tolerance for their dtype): the plan or the "
+                              f"difference {timed.worst:.3g}, beyond the tolerance for their dtype): the plan or the "
                               "runtime is wrong; report it with the plan")
+    samples = timed.samples
     measured = statistics.median(samples)
-    predicted, spans = plan.objective, None
-    if problem is not None:  # the plan's device order re-timed on the given graph (it may be a calibrated one)
-        from ..simulate import schedule
-        timed = schedule(problem, plan.parts, order)
-        part = {(t, off): k for t, p in plan.parts.items() for k, off in enumerate(sample_offsets([b for _, b in p]))}
-        spans = {job_id(j.task, part[j.task, j.offset], plan.parts): (j.start, j.finish) for j in timed.jobs}
-        if abs(timed.makespan - predicted) > 1e-9 * max(predicted, 1e-12):
-            notes.append(f"predicted on the given graph: {timed.makespan:.6g} s (the plan said {predicted:.6g} s)")
-        predicted = timed.makespan
+    predicted, spans = _predicted(problem, plan, order, notes)
     lead, handoffs = piece_waits(program, runs, lambda v: _nbytes(meta.get(v)))
     if not one_host:
         handoffs = tuple(h for h in handoffs if rank_of.get(h.src) == rank_of.get(h.dst))
@@ -274,8 +221,93 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     return RunReport(source.name, batch, plan.objective_kind, world,
                      _placed(platform, used, rank_of),
                      sum(len(p) for p in program.pieces.values()), predicted, measured, min(samples), max(samples),
-                     measured / predicted if predicted > 0 else math.inf, match, worst, eager, repeats, warmup,
-                     pieces, handoffs, tuple(notes), tuple(samples))
+                     measured / predicted if predicted > 0 else math.inf, timed.match, timed.worst, eager, repeats,
+                     warmup, pieces, handoffs, tuple(notes), tuple(samples))
+
+
+def _check_request(source: ModelSource, plan: Plan, platform, batch: int | None, repeats: int, warmup: int) -> int:
+    """The batch to run at, after checking the plan can run here at it (InputError saying why not)."""
+    if repeats < 1 or warmup < 0:
+        raise InputError(f"--repeats must be >= 1 and --warmup >= 0, got {repeats} and {warmup}")
+    unknown = sorted({a.device for a in plan.assignments} - set(platform.by_name))
+    if unknown:
+        raise InputError(f"the plan uses devices {unknown} that platform {platform.name!r} lacks: give the "
+                         "platform it was scheduled for (--platform)")
+    if plan.device_order is None:
+        raise InputError(f"a {plan.objective_kind} plan has no start times to run in order: run a latency or "
+                         "batch plan")
+    batch = batch or plan.batch_size
+    if any(len(p) > 1 for p in plan.parts.values()) and batch != plan.batch_size:
+        raise InputError(f"the plan splits tasks into sub-batches of a batch of {plan.batch_size}: run it at that "
+                         f"batch, not {batch}")
+    if source.batch_fixed is not None and batch != source.batch_fixed:
+        raise InputError(f"the model's factory gives inputs of batch {source.batch_fixed} but the plan is for "
+                         f"batch {batch}: profile and schedule at the factory's batch")
+    return batch
+
+
+@dataclass
+class _Timed:
+    """The timed runs (after warm-up): wall times, per-piece timings and their clock origins, and whether
+    every run's outputs matched the reference (the largest difference seen)."""
+    samples: list = field(default_factory=list)
+    runs: list = field(default_factory=list)
+    t0s: list = field(default_factory=list)
+    match: bool = True
+    worst: float = 0.0
+
+
+def _timed_runs(executor, comm, reference, warmup: int, repeats: int, progress, torch) -> _Timed:
+    """``warmup + repeats`` runs, each checked against the reference; the last ``repeats`` kept."""
+    timed = _Timed()
+    try:
+        for i in range(warmup + repeats):
+            if comm is not None:
+                torch.distributed.barrier()
+            results, timings, wall = executor.run()
+            ok, err = _compare(results, reference, torch)
+            timed.match, timed.worst = timed.match and ok, max(timed.worst, err)
+            if comm is not None:
+                wall, timed.match, timed.worst = _agree(torch, wall, timed.match, timed.worst)
+            if i >= warmup:
+                timed.samples.append(wall)
+                timed.runs.append(timings)
+                timed.t0s.append(executor.t0)
+            if progress and (i + 1) % max(1, (warmup + repeats) // 5) == 0:
+                progress(f"  run {i + 1}/{warmup + repeats}: {wall * 1e3:.3f} ms")
+    finally:
+        executor.close()
+    return timed
+
+
+def _on_one_clock(torch, world: int, t0s: list, runs: list, notes: list) -> tuple[list, bool]:
+    """Every rank's timings on rank 0's clock (one host: one monotonic clock), and whether the ranks share a
+    host; ends the process group."""
+    gathered = [None] * world
+    torch.distributed.all_gather_object(gathered, (socket.gethostname(), t0s, runs))
+    one_host = len({host for host, _, _ in gathered}) == 1
+    if not one_host:
+        notes.append("ranks on several hosts: their timelines are each on their own clock, hand-offs between "
+                     "them are not measured")
+    runs = [sum((_shifted(g_runs[k], g_t0s[k] - t0s[k] if one_host else 0.0) for _, g_t0s, g_runs in gathered),
+                []) for k in range(len(runs))]
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()  # gloo's threads end before the interpreter does
+    return runs, one_host
+
+
+def _predicted(problem, plan: Plan, order: dict, notes: list) -> tuple[float, dict | None]:
+    """The predicted time and each job's predicted span: the plan's device order re-timed on the given graph
+    (it may be a calibrated one), or the plan's own objective without one."""
+    if problem is None:
+        return plan.objective, None
+    from ..simulate import schedule
+    timed = schedule(problem, plan.parts, order)
+    part = {(t, off): k for t, p in plan.parts.items() for k, off in enumerate(sample_offsets([b for _, b in p]))}
+    spans = {job_id(j.task, part[j.task, j.offset], plan.parts): (j.start, j.finish) for j in timed.jobs}
+    if abs(timed.makespan - plan.objective) > 1e-9 * max(plan.objective, 1e-12):
+        notes.append(f"predicted on the given graph: {timed.makespan:.6g} s (the plan said {plan.objective:.6g} s)")
+    return timed.makespan, spans
 
 
 def _check_edges(captured, graph) -> None:
