@@ -64,77 +64,22 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
     torch = import_torch()
     if threads:
         torch.set_num_threads(threads)
-    clock = _Clock(torch, captured.device)
-    min_sample = MIN_SAMPLE_S_CUDA if clock.cuda else MIN_SAMPLE_S
+    session = _Session(torch, captured)
     gm = captured.gm
-    modules = dict(gm.named_modules())
-    task_of = task_of_nodes(captured)
-    records: dict[str, NodeRecord] = {}
-    calls_per_sample: dict[str, int] = {}
-    state_names = set(captured.state)
-    user = set(captured.user_inputs)
-    timing = [False]
 
     class Recorder(torch.fx.Interpreter):
         def run_node(self, node):
-            if node.op == "placeholder":
-                result = super().run_node(node)
-                if node.name in user and node.name not in records:
-                    records[node.name] = NodeRecord(node.name, "input", [], [], 0.0, 0.0, nbytes(result))
-                return result
-            if node.op not in ("call_function", "call_method", "call_module"):
-                return super().run_node(node)
-            if task_of[node.name] != node.name:  # a getitem: part of the task it unpacks
-                return super().run_node(node)
-            args, kwargs = self.fetch_args_kwargs_from_env(node)
-            module = modules[node.target] if node.op == "call_module" else None
-            fn = module if module is not None else (
-                node.target if node.op == "call_function" else getattr(args[0], node.target))
-            call_args = args if node.op != "call_method" else args[1:]
-            t0 = clock.start()
-            result = fn(*call_args, **kwargs)
-            elapsed = clock.stop(t0)
-            if node.name not in records:
-                records[node.name] = self.record(node, args, result, module)
-            if timing[0]:
-                k = calls_per_sample.get(node.name)
-                if k is None:  # first timed pass: size the sample
-                    k = calls_per_sample[node.name] = max(1, min(1000, math.ceil(min_sample / max(elapsed, 1e-7))))
-                if k > 1:
-                    t0 = clock.start()
-                    for _ in range(k):
-                        fn(*call_args, **kwargs)
-                    elapsed = clock.stop(t0) / k
-                records[node.name].times.append(elapsed)
-            return result
-
-        def record(self, node, args, result, module) -> NodeRecord:
-            producers, reads = [], []
-            for a in node.all_input_nodes:
-                src = task_of.get(a.name, a.name)
-                if a.name in state_names:
-                    reads.append(a.name)
-                elif src in records and src not in producers:
-                    producers.append(src)
-            flat = [x for x in args if isinstance(x, torch.Tensor)] + [
-                x for a in args if isinstance(a, (list, tuple)) for x in a if isinstance(x, torch.Tensor)]
-            in_bytes = sum(nbytes(x) for x in flat)
-            if module is not None:
-                in_bytes += sum(nbytes(p) for p in module.parameters(recurse=False))
-            kind = str(getattr(node.target, "__name__", node.target)).split(".")[0]
-            return NodeRecord(node.name, kind, producers, reads,
-                              count_flops(node.target, args, result, module), in_bytes + nbytes(result),
-                              stored_bytes(result), alias=is_view(kind, flat, result), outputs=numel(result))
+            return session.run_node(self, node, super().run_node)
 
     with torch.no_grad():
         started = time.perf_counter()
         for _ in range(warmup):
             gm(*captured.args)
-        while clock.cuda and warmup and time.perf_counter() - started < WARMUP_S_CUDA:
+        while session.clock.cuda and warmup and time.perf_counter() - started < WARMUP_S_CUDA:
             gm(*captured.args)
-            torch.cuda.synchronize(clock.device)
+            torch.cuda.synchronize(session.clock.device)
         Recorder(gm).run(*captured.args)  # costs and graph structure
-        timing[0] = True
+        session.timing = True
         started, passes, shown = time.perf_counter(), 0, 0
         while passes < repeats or (repeats and passes < MAX_PASSES and time.perf_counter() - started < min_time_s):
             Recorder(gm).run(*captured.args)
@@ -146,4 +91,79 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
                 shown = filled
                 progress(f"  [{'#' * filled}{'.' * (20 - filled)}] {passes} timing passes in "
                          f"{time.perf_counter() - started:.1f} s")
-    return list(records.values())
+    return list(session.records.values())
+
+
+class _Session:
+    """What one :func:`measure` keeps while the interpreter runs the graph: a record per task, and once timing
+    has begun (``timing``), each operator's samples, each averaged over enough back-to-back calls."""
+
+    def __init__(self, torch, captured: Captured):
+        self.torch = torch
+        self.clock = _Clock(torch, captured.device)
+        self.min_sample = MIN_SAMPLE_S_CUDA if self.clock.cuda else MIN_SAMPLE_S
+        self.modules = dict(captured.gm.named_modules())
+        self.task_of = task_of_nodes(captured)
+        self.records: dict[str, NodeRecord] = {}
+        self.calls_per_sample: dict[str, int] = {}
+        self.state_names = set(captured.state)
+        self.user = set(captured.user_inputs)
+        self.timing = False
+
+    def run_node(self, interpreter, node, default):
+        """Run ``node`` as the interpreter would (``default``), recording and timing operators."""
+        if node.op == "placeholder":
+            result = default(node)
+            if node.name in self.user and node.name not in self.records:
+                self.records[node.name] = NodeRecord(node.name, "input", [], [], 0.0, 0.0, nbytes(result))
+            return result
+        if node.op not in ("call_function", "call_method", "call_module"):
+            return default(node)
+        if self.task_of[node.name] != node.name:  # a getitem: part of the task it unpacks
+            return default(node)
+        args, kwargs = interpreter.fetch_args_kwargs_from_env(node)
+        module = self.modules[node.target] if node.op == "call_module" else None
+        fn = module if module is not None else (
+            node.target if node.op == "call_function" else getattr(args[0], node.target))
+        call_args = args if node.op != "call_method" else args[1:]
+        t0 = self.clock.start()
+        result = fn(*call_args, **kwargs)
+        elapsed = self.clock.stop(t0)
+        if node.name not in self.records:
+            self.records[node.name] = self.record(node, args, result, module)
+        if self.timing:
+            self.records[node.name].times.append(self.sample(node.name, fn, call_args, kwargs, elapsed))
+        return result
+
+    def sample(self, name: str, fn, call_args, kwargs, elapsed: float) -> float:
+        """One timing sample of an operator: its call just timed, or the mean of k back-to-back calls where one
+        is shorter than the minimum sample (k sized on the first timed pass)."""
+        k = self.calls_per_sample.get(name)
+        if k is None:
+            k = self.calls_per_sample[name] = max(1, min(1000, math.ceil(self.min_sample / max(elapsed, 1e-7))))
+        if k == 1:
+            return elapsed
+        t0 = self.clock.start()
+        for _ in range(k):
+            fn(*call_args, **kwargs)
+        return self.clock.stop(t0) / k
+
+    def record(self, node, args, result, module) -> NodeRecord:
+        """What the operator costs besides time: producers, parameters read, FLOPs, bytes, views."""
+        torch = self.torch
+        producers, reads = [], []
+        for a in node.all_input_nodes:
+            src = self.task_of.get(a.name, a.name)
+            if a.name in self.state_names:
+                reads.append(a.name)
+            elif src in self.records and src not in producers:
+                producers.append(src)
+        flat = [x for x in args if isinstance(x, torch.Tensor)] + [
+            x for a in args if isinstance(a, (list, tuple)) for x in a if isinstance(x, torch.Tensor)]
+        in_bytes = sum(nbytes(x) for x in flat)
+        if module is not None:
+            in_bytes += sum(nbytes(p) for p in module.parameters(recurse=False))
+        kind = str(getattr(node.target, "__name__", node.target)).split(".")[0]
+        return NodeRecord(node.name, kind, producers, reads,
+                          count_flops(node.target, args, result, module), in_bytes + nbytes(result),
+                          stored_bytes(result), alias=is_view(kind, flat, result), outputs=numel(result))
