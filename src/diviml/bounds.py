@@ -172,77 +172,79 @@ def path_work_bound(problem: Problem, time_limit: float | None = None) -> float:
     devices = [d.name for d in platform.devices]
     tasks = list(graph.topological_order)
     unit = _unit(_unit_costs(problem))
-
-    def time(t: str, d: str) -> float:
-        return problem.time(t, d) * unit
-
-    cols: list[tuple] = []
-    index = {}
-
-    def col(key) -> int:
-        index[key] = len(cols)
-        cols.append(key)
-        return index[key]
-
-    for t in tasks:
+    lp = _KeyedLP()
+    for t in tasks:  # columns in this order: x per task and device, e per task, delta per edge, C
         for d in problem.allowed_devices[t]:
-            col(("x", t, d))
-        col(("e", t))
+            lp.col(("x", t, d))
+        lp.col(("e", t))
     for u, v in graph.edges:
-        col(("delta", u, v))
-    c_idx = col(("C",))
-    rows_ub, b_ub, rows_eq = [], [], []
+        lp.col(("delta", u, v))
+    lp.col(("C",))
+
+    def own_time(t: str) -> dict:  # sum_d p[t,d] x[t,d]
+        return {("x", t, d): problem.time(t, d) * unit for d in problem.allowed_devices[t]}
+
     for t in tasks:
-        rows_eq.append({index["x", t, d]: 1.0 for d in problem.allowed_devices[t]})
-        # e[t] >= own time (sources), C >= e[t]
-        r = {index["e", t]: -1.0}
-        for d in problem.allowed_devices[t]:
-            r[index["x", t, d]] = time(t, d)
-        rows_ub.append(r)
-        b_ub.append(0.0)
-        rows_ub.append({index["e", t]: 1.0, c_idx: -1.0})
-        b_ub.append(0.0)
+        lp.eq({("x", t, d): 1.0 for d in problem.allowed_devices[t]})
+        lp.ub({("e", t): -1.0, **own_time(t)})  # e[t] >= own time (sources)
+        lp.ub({("e", t): 1.0, ("C",): -1.0})  # C >= e[t]
     for k, (u, v) in enumerate(graph.edges):
         if stop is not None and k % 1000 == 0 and perf_counter() > stop:
             return 0.0  # building the LP alone outlasts its share: drop it
         ut = graph.by_id[u]
-        pairs = [platform.transfer_time(ut, a, c) for a in devices for c in devices if a != c]
-        c_min = min(pairs, default=0.0) * unit
-        r = {index["e", u]: 1.0, index["e", v]: -1.0, index["delta", u, v]: c_min}
-        for d in problem.allowed_devices[v]:
-            r[index["x", v, d]] = time(v, d)
-        rows_ub.append(r)
-        b_ub.append(0.0)
+        c_min = min((platform.transfer_time(ut, a, c) for a in devices for c in devices if a != c), default=0.0) * unit
+        lp.ub({("e", u): 1.0, ("e", v): -1.0, ("delta", u, v): c_min, **own_time(v)})
         for d in devices:  # delta >= x[u,d] - x[v,d]
-            r = {index["delta", u, v]: -1.0}
-            if ("x", u, d) in index:
-                r[index["x", u, d]] = 1.0
-            if ("x", v, d) in index:
-                r[index["x", v, d]] = r.get(index["x", v, d], 0.0) - 1.0
-            rows_ub.append(r)
-            b_ub.append(0.0)
-    for d in devices:
-        r = {c_idx: -1.0}
-        for t in tasks:
-            if ("x", t, d) in index:
-                r[index["x", t, d]] = time(t, d)
-        rows_ub.append(r)
-        b_ub.append(0.0)
-    n = len(cols)
-    a_ub, a_eq = _Sparse(), _Sparse()
-    for i, r in enumerate(rows_ub):
-        for j, v in r.items():
-            a_ub.add(i, j, v)
-    for i, r in enumerate(rows_eq):
-        for j, v in r.items():
-            a_eq.add(i, j, v)
-    c = np.zeros(n)
-    c[c_idx] = 1.0
-    res = linprog(c, A_ub=a_ub.matrix(len(rows_ub), n), b_ub=np.array(b_ub), A_eq=a_eq.matrix(len(rows_eq), n),
-                  b_eq=np.ones(len(rows_eq)),
-                  bounds=[(0, None)] * n, method="highs",
-                  options=_limit(None if stop is None else stop - perf_counter()))
-    return float(res.fun) / unit * (1 - 1e-6) if res.status == 0 else 0.0
+            row = {("delta", u, v): -1.0}
+            if lp.has(("x", u, d)):
+                row["x", u, d] = 1.0
+            if lp.has(("x", v, d)):
+                row["x", v, d] = row.get(("x", v, d), 0.0) - 1.0
+            lp.ub(row)
+    for d in devices:  # each device's work fits below C
+        lp.ub({("C",): -1.0, **{("x", t, d): problem.time(t, d) * unit for t in tasks if lp.has(("x", t, d))}})
+    value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
+    return value / unit * (1 - 1e-6) if value is not None else 0.0
+
+
+class _KeyedLP:
+    """An LP built by named columns (``col``), rows ``sum a x <= 0`` (``ub``) and ``sum a x = 1`` (``eq``)
+    given as {column key: coefficient}, all columns >= 0, solved by HiGHS (:func:`scipy.optimize.linprog`)."""
+
+    def __init__(self):
+        self.index: dict = {}
+        self.rows_ub: list[dict] = []
+        self.rows_eq: list[dict] = []
+
+    def col(self, key) -> int:
+        self.index[key] = len(self.index)
+        return self.index[key]
+
+    def has(self, key) -> bool:
+        return key in self.index
+
+    def ub(self, row: dict) -> None:
+        self.rows_ub.append({self.index[k]: v for k, v in row.items()})
+
+    def eq(self, row: dict) -> None:
+        self.rows_eq.append({self.index[k]: v for k, v in row.items()})
+
+    def minimise(self, key, time_limit: float | None) -> float | None:
+        """The least value of column ``key``, or None when HiGHS did not prove it (limit, failure)."""
+        n = len(self.index)
+        a_ub, a_eq = _Sparse(), _Sparse()
+        for i, r in enumerate(self.rows_ub):
+            for j, v in r.items():
+                a_ub.add(i, j, v)
+        for i, r in enumerate(self.rows_eq):
+            for j, v in r.items():
+                a_eq.add(i, j, v)
+        c = np.zeros(n)
+        c[self.index[key]] = 1.0
+        res = linprog(c, A_ub=a_ub.matrix(len(self.rows_ub), n), b_ub=np.zeros(len(self.rows_ub)),
+                      A_eq=a_eq.matrix(len(self.rows_eq), n), b_eq=np.ones(len(self.rows_eq)),
+                      bounds=[(0, None)] * n, method="highs", options=_limit(time_limit))
+        return float(res.fun) if res.status == 0 else None
 
 
 def _limit(time_limit: float | None) -> dict:
