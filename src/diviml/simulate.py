@@ -296,6 +296,17 @@ def _merge_calls(problem: Problem, placement: Mapping[str, str],
     return blocks
 
 
+def _call_duration(problem: Problem, device: str, tasks: tuple[str, ...], producers: set[str]) -> float:
+    """An accelerator call's length: its outside inputs hopped in (each producer once), its compute, and its
+    outputs that leave it hopped out (each producer once)."""
+    graph, platform = problem.graph, problem.platform
+    dev, inside = platform.by_name[device], set(tasks)
+    hops_in = sum(platform.hop_time(graph.by_id[u], dev) for u in producers)
+    leaving = [t for t in tasks if any(v not in inside for v in graph.successors[t])]
+    hops_out = sum(platform.hop_time(graph.by_id[t], dev) for t in leaving)
+    return hops_in + sum(problem.time(t, device) for t in tasks) + hops_out
+
+
 def call_latency(problem: Problem, placement: Mapping[str, str]) -> CallSchedule:
     """Makespan under the NeurIPS 2020 latency model (see :class:`diviml.problem.Objective`).
 
@@ -309,17 +320,10 @@ def call_latency(problem: Problem, placement: Mapping[str, str]) -> CallSchedule
         if len(bs) > problem.objective.max_calls:
             raise ValidationError(f"device {d!r} needs {len(bs)} calls, more than the {problem.objective.max_calls} "
                                   "allowed: give it a contiguous node set or allow more calls")
-    unit_of: dict[str, tuple] = {}
-    units: list[tuple[str, tuple[str, ...]]] = []
-    for d, bs in blocks.items():
-        for b in bs:
-            units.append((d, tuple(b)))
-    for t in graph.topological_order:
-        if platform.by_name[placement[t]].is_host:
-            units.append((placement[t], (t,)))
-    for k, (_, tasks) in enumerate(units):
-        for t in tasks:
-            unit_of[t] = k
+    # the units that run: each accelerator call, each host task on its own
+    units = [(d, tuple(b)) for d, bs in blocks.items() for b in bs]
+    units += [(placement[t], (t,)) for t in graph.topological_order if platform.by_name[placement[t]].is_host]
+    unit_of = {t: k for k, (_, tasks) in enumerate(units) for t in tasks}
     finish: dict[int, float] = {}
     calls: list[Call] = []
     device_free: dict[str, float] = {}
@@ -338,15 +342,9 @@ def call_latency(problem: Problem, placement: Mapping[str, str]) -> CallSchedule
                 continue
             ready = max((finish[unit_of[u]] for u in producers), default=0.0)
             if host:
-                start = ready
-                duration = problem.time(tasks[0], d)
+                start, duration = ready, problem.time(tasks[0], d)
             else:
-                start = max(ready, device_free.get(d, 0.0))
-                device = platform.by_name[d]
-                hops_in = sum(platform.hop_time(graph.by_id[u], device) for u in producers)
-                leaving = [t for t in tasks if any(v not in inside for v in graph.successors[t])]
-                hops_out = sum(platform.hop_time(graph.by_id[t], device) for t in leaving)
-                duration = hops_in + sum(problem.time(t, d) for t in tasks) + hops_out
+                start, duration = max(ready, device_free.get(d, 0.0)), _call_duration(problem, d, tasks, producers)
                 device_free[d] = start + duration
                 next_call[d] += 1
             finish[k] = start + duration

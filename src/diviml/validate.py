@@ -33,50 +33,19 @@ def _close_or_below(a: float, b: float) -> bool:
 
 
 def validate(plan: Plan, problem: Problem) -> Report:
+    """Every way ``plan`` breaks ``problem`` (tasks and parts, devices, co-location, memory, contiguity, the
+    objective recomputed from the plan, the bound below it, the status), and the objective recomputed."""
     v: list[str] = []
-    graph, platform = problem.graph, problem.platform
     kind = problem.objective.kind
     if plan.objective_kind != kind:
         v.append(f"plan is for objective {plan.objective_kind!r}, problem asks for {kind!r}")
-    parts = plan.parts
-    for t in graph.tasks:
-        if t.id not in parts:
-            v.append(f"task {t.id!r} has no device")
-    for task in parts:
-        if task not in graph.by_id:
-            v.append(f"plan names unknown task {task!r}")
+    v += _coverage_violations(plan, problem)
     if v:
         return Report(tuple(v), None)
-    for t in graph.tasks:
-        p = parts[t.id]
-        for dev, b in p:
-            if dev not in platform.by_name:
-                v.append(f"task {t.id!r} is on unknown device {dev!r}")
-            elif not t.can_run_on(platform.by_name[dev].type):
-                v.append(f"task {t.id!r} may not run on {dev!r} (type {platform.by_name[dev].type})")
-            if b < 1:
-                v.append(f"task {t.id!r} has a part of {b} samples")
-        if kind != "batch" and len(p) != 1:
-            v.append(f"task {t.id!r} is split into {len(p)} parts, allowed only for the batch objective")
-        if sum(b for _, b in p) != problem.batch_size:
-            v.append(f"task {t.id!r} covers {sum(b for _, b in p)} samples, not {problem.batch_size}")
+    v += _part_violations(plan, problem)
     if v:
         return Report(tuple(v), None)
-
-    devices_of = {t: {d for d, _ in p} for t, p in parts.items()}
-    for name, members in problem.colocation_groups.items():
-        if len({frozenset(devices_of[m]) for m in members}) > 1:
-            v.append(f"co-location group {name!r} is spread over several devices")
-    used: dict[str, float] = {d.name: 0.0 for d in platform.devices}
-    for t in graph.tasks:
-        for d in devices_of[t.id]:
-            used[d] += t.memory_bytes
-    for d in platform.devices:
-        if not _close_or_below(used[d.name], d.memory_bytes):
-            v.append(f"device {d.name!r} holds {used[d.name]:.6g} bytes, more than its {d.memory_bytes:.6g}")
-    if kind == "pipeline" and problem.objective.contiguous:
-        v.extend(contiguity_violations(problem, plan.placement))
-
+    v += _placement_violations(plan, problem)
     if kind == "pipeline":
         objective = pipeline_loads(problem, plan.placement).objective
     elif kind == "call-latency":
@@ -95,6 +64,53 @@ def validate(plan: Plan, problem: Problem) -> Report:
     if plan.status not in ("optimal", "feasible", "timeout"):
         v.append(f"plan has status {plan.status!r}")
     return Report(tuple(v), objective)
+
+
+def _coverage_violations(plan: Plan, problem: Problem) -> list[str]:
+    """Tasks without a device, and tasks the graph does not have."""
+    graph, parts = problem.graph, plan.parts
+    return ([f"task {t.id!r} has no device" for t in graph.tasks if t.id not in parts]
+            + [f"plan names unknown task {task!r}" for task in parts if task not in graph.by_id])
+
+
+def _part_violations(plan: Plan, problem: Problem) -> list[str]:
+    """Parts on unknown or disallowed devices, parts of fewer than one sample, splits outside the batch
+    objective, and tasks whose parts do not cover the batch."""
+    graph, platform, parts, v = problem.graph, problem.platform, plan.parts, []
+    for t in graph.tasks:
+        p = parts[t.id]
+        for dev, b in p:
+            if dev not in platform.by_name:
+                v.append(f"task {t.id!r} is on unknown device {dev!r}")
+            elif not t.can_run_on(platform.by_name[dev].type):
+                v.append(f"task {t.id!r} may not run on {dev!r} (type {platform.by_name[dev].type})")
+            if b < 1:
+                v.append(f"task {t.id!r} has a part of {b} samples")
+        if problem.objective.kind != "batch" and len(p) != 1:
+            v.append(f"task {t.id!r} is split into {len(p)} parts, allowed only for the batch objective")
+        if sum(b for _, b in p) != problem.batch_size:
+            v.append(f"task {t.id!r} covers {sum(b for _, b in p)} samples, not {problem.batch_size}")
+    return v
+
+
+def _placement_violations(plan: Plan, problem: Problem) -> list[str]:
+    """Co-location groups spread over devices, devices holding more than their memory, and (contiguous
+    pipeline) devices whose tasks are not contiguous."""
+    graph, platform, v = problem.graph, problem.platform, []
+    devices_of = {t: {d for d, _ in p} for t, p in plan.parts.items()}
+    for name, members in problem.colocation_groups.items():
+        if len({frozenset(devices_of[m]) for m in members}) > 1:
+            v.append(f"co-location group {name!r} is spread over several devices")
+    used: dict[str, float] = {d.name: 0.0 for d in platform.devices}
+    for t in graph.tasks:
+        for d in devices_of[t.id]:
+            used[d] += t.memory_bytes
+    for d in platform.devices:
+        if not _close_or_below(used[d.name], d.memory_bytes):
+            v.append(f"device {d.name!r} holds {used[d.name]:.6g} bytes, more than its {d.memory_bytes:.6g}")
+    if problem.objective.kind == "pipeline" and problem.objective.contiguous:
+        v.extend(contiguity_violations(problem, plan.placement))
+    return v
 
 
 def check(plan: Plan, problem: Problem) -> None:

@@ -66,8 +66,23 @@ def cut(captured, device_order: dict[str, list[str]], task_of: dict[str, str] | 
     if len(results) != len(flat):
         raise InputError("the model returns constants beside tensors: only tensor outputs can be checked")
 
-    readers: dict[str, set[str]] = {}  # value -> devices reading it (and "result")
-    consumers: dict[str, set[str]] = {r: {"result"} for r in results}  # value -> nodes reading it
+    readers, consumers = _readers(gm, task_of, device_of, results)
+    pieces: dict[str, tuple[Piece, ...]] = {}
+    for device, order in device_order.items():
+        built = []
+        for run in _runs(order, device, members, nodes, task_of, device_of, readers, max_tasks):
+            names = [n for t in run for n in members.get(t, [])]
+            if names:
+                built.append(_piece(gm, nodes, names, device, len(built), tuple(run), consumers))
+        pieces[device] = tuple(built)
+    producer = {v: device_of[t] for v, t in task_of.items()}
+    return Program(pieces, producer, tuple(user), state, results)
+
+
+def _readers(gm, task_of: dict, device_of: dict, results: tuple) -> tuple[dict, dict]:
+    """Per value: the devices reading it ("result" for the model's outputs), and the nodes reading it."""
+    readers: dict[str, set[str]] = {}
+    consumers: dict[str, set[str]] = {r: {"result"} for r in results}
     for node in gm.graph.nodes:
         if node.name not in task_of or node.op == "placeholder":
             continue
@@ -77,25 +92,22 @@ def cut(captured, device_order: dict[str, list[str]], task_of: dict[str, str] | 
                 consumers.setdefault(a.name, set()).add(node.name)
     for r in results:
         readers.setdefault(r, set()).add("result")
+    return readers, consumers
 
-    pieces: dict[str, tuple[Piece, ...]] = {}
-    for device, order in device_order.items():
-        runs: list[list[str]] = []
-        for t in order:
-            reads_remote = any(device_of.get(task_of.get(a.name, ""), device) != device
-                               for n in members.get(t, []) for a in nodes[n].all_input_nodes)
-            if (not runs or reads_remote or _leaves(runs[-1][-1], members, readers, device)
-                    or (max_tasks is not None and len(runs[-1]) >= max_tasks)):
-                runs.append([])
-            runs[-1].append(t)
-        built = []
-        for run in runs:
-            names = [n for t in run for n in members.get(t, [])]
-            if names:
-                built.append(_piece(gm, nodes, names, device, len(built), tuple(run), consumers))
-        pieces[device] = tuple(built)
-    producer = {v: device_of[t] for v, t in task_of.items()}
-    return Program(pieces, producer, tuple(user), state, results)
+
+def _runs(order: list[str], device: str, members: dict, nodes: dict, task_of: dict, device_of: dict, readers: dict,
+          max_tasks: int | None) -> list[list[str]]:
+    """A device's tasks in order, grouped into runs that become pieces: a run ends before a task that reads
+    another device's value, after one whose value another device or the result reads, or at ``max_tasks``."""
+    runs: list[list[str]] = []
+    for t in order:
+        reads_remote = any(device_of.get(task_of.get(a.name, ""), device) != device
+                           for n in members.get(t, []) for a in nodes[n].all_input_nodes)
+        if (not runs or reads_remote or _leaves(runs[-1][-1], members, readers, device)
+                or (max_tasks is not None and len(runs[-1]) >= max_tasks)):
+            runs.append([])
+        runs[-1].append(t)
+    return runs
 
 
 def _leaves(task: str, members, readers, device: str) -> bool:

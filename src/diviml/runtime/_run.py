@@ -165,8 +165,6 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     rank ``rank`` of a torch.distributed job (see :func:`~diviml.runtime._dist.rank_of_devices`)."""
     import torch
 
-    from ..frontends.pytorch import capture_at
-
     if isinstance(source, str):
         source = model_source(source)
     batch = _check_request(source, plan, platform, batch, repeats, warmup)
@@ -180,15 +178,7 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
         torch.set_num_threads(cpu_threads)
     if progress:
         progress(f"capturing {source.name} at batch {batch}")
-    torch.manual_seed(0)  # every rank builds the same weights
-    captured = capture_at(source.build(), source.inputs, batch)
-    if problem is not None:
-        _check_edges(captured, problem.graph)
-    if split:  # one copy of a split task per sub-batch (runtime._rows)
-        jobs = split_rows(captured, plan.parts, order, batch)
-        runnable, program = jobs.captured, cut(jobs.captured, jobs.device_order, jobs.task_of)
-    else:
-        runnable, program = captured, cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()})
+    captured, runnable, program = _program(source, plan, problem, batch, split)
     values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
     reference, meta = _reference(captured, runnable, program, torch)
     eager = _time_eager(captured, torch, max(3, repeats // 2))
@@ -223,6 +213,23 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
                      sum(len(p) for p in program.pieces.values()), predicted, measured, min(samples), max(samples),
                      measured / predicted if predicted > 0 else math.inf, timed.match, timed.worst, eager, repeats,
                      warmup, pieces, handoffs, tuple(notes), tuple(samples))
+
+
+def _program(source: ModelSource, plan: Plan, problem, batch: int, split: bool):
+    """The model captured at ``batch`` (the same weights on every rank), the program that runs (with a copy of
+    each split task per sub-batch: runtime._rows) and its cut into per-device pieces."""
+    import torch
+
+    from ..frontends.pytorch import capture_at
+    torch.manual_seed(0)  # every rank builds the same weights
+    captured = capture_at(source.build(), source.inputs, batch)
+    if problem is not None:
+        _check_edges(captured, problem.graph)
+    order = plan.device_order
+    if split:
+        jobs = split_rows(captured, plan.parts, order, batch)
+        return captured, jobs.captured, cut(jobs.captured, jobs.device_order, jobs.task_of)
+    return captured, captured, cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()})
 
 
 def _check_request(source: ModelSource, plan: Plan, platform, batch: int | None, repeats: int, warmup: int) -> int:

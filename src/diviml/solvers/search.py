@@ -126,24 +126,15 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
             if len(sizes) > 1:
                 notes = [n for n in notes if not n.startswith("batch split")]
                 notes.append(f"batch split into {len(sizes)} sub-batches ({'/'.join(map(str, sizes))} samples)")
-    if latency:
-        status = "optimal" if statuses == ["optimal"] else "timeout"
-    else:
-        status = "timeout" if {"timeout", "unknown"} & set(statuses) else "feasible"
-        notes.append(f"batch: exact over splits into sub-batches shared by all tasks, near-equal and "
-                     f"speed-proportional (splits searched: {'; '.join('/'.join(map(str, s)) for s in splits)}; "
-                     f"those whose HEFT makespan is over {SPLIT_SLACK:g}x the best are skipped); bound from the "
-                     "general relaxation")
+    status = _engine_status(latency, statuses, splits, notes)
     if best is None:
         raise InfeasibleError(f"{name} found no plan within {time_limit:g} s and no baseline fits the memory: "
                               "raise the time limit or the memory")
     if not improved:
         notes.append(f"kept the baseline plan ({baseline.solver}): the engine found nothing better")
-    if problem.objective.kind == "batch":
-        single = [best_device.solve(problem, time_limit=1.0)] if best_device.candidates(problem) else []
-        if single:
-            stats["best_device_objective"] = single[0].objective
-            stats["speedup_vs_best_device"] = single[0].objective / best.objective
+    if problem.objective.kind == "batch" and best_device.candidates(problem):
+        single = best_device.solve(problem, time_limit=1.0)
+        stats.update(best_device_objective=single.objective, speedup_vs_best_device=single.objective / best.objective)
     if best.objective <= bound * (1 + 1e-9):
         status = "optimal"
     bound, source = better_bound((bound, source), (best.bound, best.bound_source))
@@ -152,3 +143,15 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
         progress(f"  {name}: best {best.objective:.6g}, bound {bound:.6g} ({source}) at {watch.elapsed:.1f} s")
     return replace(best, solver=name, status=status, bound=bound, bound_source=source,
                    solve_time_s=watch.elapsed, notes=tuple(notes), stats={**best.stats, **stats})
+
+
+def _engine_status(latency: bool, statuses: list[str], splits: list, notes: list[str]) -> str:
+    """The search's status from the engine's on each split (latency: its one solve's; batch: timeout where any
+    split's solve was unfinished), with the note saying how a batch was searched."""
+    if latency:
+        return "optimal" if statuses == ["optimal"] else "timeout"
+    notes.append(f"batch: exact over splits into sub-batches shared by all tasks, near-equal and "
+                 f"speed-proportional (splits searched: {'; '.join('/'.join(map(str, s)) for s in splits)}; "
+                 f"those whose HEFT makespan is over {SPLIT_SLACK:g}x the best are skipped); bound from the "
+                 "general relaxation")
+    return "timeout" if {"timeout", "unknown"} & set(statuses) else "feasible"
