@@ -129,9 +129,40 @@ def randwire(generator: str, nodes: int = 32, channels: int = 32, stages: int = 
     Table 1): conv1 3x3/2 to C/2, conv2 3x3/2 to C, random stages of N/2, N, N nodes at C, 2C, 4C (``stages``
     of them), a 1x1 convolution to 1280 channels, global pooling and a linear classifier."""
     torch = import_torch()
-    nn = torch.nn
     if regime not in ("tiny", "small"):
         raise InputError(f"unknown randwire regime {regime!r}: use tiny or small")
+    nn = torch.nn
+    stage_class = _randwire_stage(torch, generator)
+
+    def conv_bn(c_in: int, c_out: int, kernel: int, stride: int, relu: bool) -> list:
+        layers = [nn.ReLU()] if relu else []
+        return layers + [nn.Conv2d(c_in, c_out, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(c_out)]
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            small = regime == "small"
+            widths = [channels * 2 ** i for i in range(stages)]
+            sizes = [nodes // 2] + [nodes] * (stages - 1) if small else [nodes] * stages
+            stem = (conv_bn(3, channels // 2, 3, 2, False) + conv_bn(channels // 2, channels, 3, 2, True) if small
+                    else conv_bn(3, channels, 3, 2, False))
+            self.stem = nn.Sequential(*stem)
+            self.stages = nn.Sequential(*[stage_class(n, widths[max(i - 1, 0)], widths[i], seed * 100 + i)
+                                          for i, n in enumerate(sizes)])
+            self.top = nn.Sequential(*conv_bn(widths[-1], 1280, 1, 1, True), nn.ReLU()) if small else nn.Identity()
+            self.head = nn.Linear(1280 if small else widths[-1], classes)
+
+        def forward(self, x):
+            x = self.top(self.stages(self.stem(x)))
+            return self.head(x.mean(dim=(2, 3)))
+
+    return Net()
+
+
+def _randwire_stage(torch, generator: str):
+    """The module class of a random stage: nodes wired by ``generator`` (ReLU, separable 3x3 convolution,
+    batch norm; inputs summed with learned sigmoid weights), its sinks averaged."""
+    nn = torch.nn
 
     class Node(nn.Module):
         def __init__(self, n_in: int, c_in: int, c_out: int, stride: int):
@@ -166,29 +197,7 @@ def randwire(generator: str, nodes: int = 32, channels: int = 32, stages: int = 
                 y = y + out[s]
             return y / len(self.sinks)
 
-    def conv_bn(c_in: int, c_out: int, kernel: int, stride: int, relu: bool) -> list:
-        layers = [nn.ReLU()] if relu else []
-        return layers + [nn.Conv2d(c_in, c_out, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(c_out)]
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            small = regime == "small"
-            widths = [channels * 2 ** i for i in range(stages)]
-            sizes = [nodes // 2] + [nodes] * (stages - 1) if small else [nodes] * stages
-            stem = (conv_bn(3, channels // 2, 3, 2, False) + conv_bn(channels // 2, channels, 3, 2, True) if small
-                    else conv_bn(3, channels, 3, 2, False))
-            self.stem = nn.Sequential(*stem)
-            self.stages = nn.Sequential(*[Stage(n, widths[max(i - 1, 0)], widths[i], seed * 100 + i)
-                                          for i, n in enumerate(sizes)])
-            self.top = nn.Sequential(*conv_bn(widths[-1], 1280, 1, 1, True), nn.ReLU()) if small else nn.Identity()
-            self.head = nn.Linear(1280 if small else widths[-1], classes)
-
-        def forward(self, x):
-            x = self.top(self.stages(self.stem(x)))
-            return self.head(x.mean(dim=(2, 3)))
-
-    return Net()
+    return Stage
 
 
 def _randwire_spec(generator: str, seed: int) -> ModelSpec:

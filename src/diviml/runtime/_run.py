@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import socket
 import statistics
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Callable
 
 from ..errors import InputError, ValidationError
 from ..plan import Plan
@@ -17,56 +14,11 @@ from ._dist import Comm, init, rank_of_devices
 from ._execute import Executor
 from ._pieces import cut
 from ._rows import job_id, sample_offsets, split_rows
+from ._source import ModelSource, model_source
 
 # outputs must match the unsplit module within these (relative, absolute) tolerances, by dtype: the split
 # program runs the same kernels, but a kernel may sum in another order on another thread count or device
 TOLERANCE = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2)}
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """A model to run: its name, a builder, and its inputs at a batch size (None: fixed by the factory)."""
-    name: str
-    build: Callable[[], object]
-    inputs: Callable[[int], tuple]
-    batch_fixed: int | None = None
-
-
-def model_source(spec: str) -> ModelSource:
-    """A zoo name, or ``path/to/file.py:factory`` with ``factory() -> (module, example_inputs)``."""
-    from ..frontends import zoo
-    if spec in zoo.MODELS:
-        m = zoo.get(spec)
-        return ModelSource(spec, m.build, m.inputs)
-    path, _, attr = spec.rpartition(":")
-    if not path or not path.endswith(".py"):
-        raise InputError(f"unknown model {spec!r}: give a zoo name (see 'diviml models') or "
-                         "path/to/file.py:factory, a function returning (module, example_inputs)")
-    if not Path(path).is_file():
-        raise InputError(f"model file {path!r} does not exist")
-    module_spec = importlib.util.spec_from_file_location(f"diviml_user_{Path(path).stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - the user's file: say what broke
-        raise InputError(f"cannot import {path}: {type(exc).__name__}: {exc}") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise InputError(f"{path} has no function {attr!r}: give path/to/file.py:factory")
-    module_obj, example = _call_factory(factory, spec)
-    batch = next((x.shape[0] for x in example if hasattr(x, "shape") and len(x.shape)), 1)
-    return ModelSource(Path(path).stem, lambda: module_obj, lambda _batch: example, batch_fixed=int(batch))
-
-
-def _call_factory(factory, spec: str):
-    try:
-        out = factory()
-        module, example = out
-        example = tuple(example)
-    except Exception as exc:  # noqa: BLE001
-        raise InputError(f"{spec}: the factory must return (module, example_inputs); it gave "
-                         f"{type(exc).__name__}: {exc}") from None
-    return module, example
 
 
 @dataclass(frozen=True)

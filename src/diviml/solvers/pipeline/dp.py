@@ -71,7 +71,7 @@ def enumerate_ideals(num: int, edges: set[tuple[int, int]], order: list[int], ma
                     if len(masks) > max_ideals:
                         raise BudgetExceeded(
                             f"the graph has more than {max_ideals} ideals (down-sets): the DP cannot run within "
-                            "its budget (max_ideals in the Python API); use --solver ip")
+                            "its budget: raise --max-ideals or use --solver ip")
                 out.append((position[c], c, index[child]))
             out.sort()
             transitions.append(out)
@@ -123,20 +123,7 @@ def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideal
     masks, transitions = enumerate_ideals(num, contracted.forward_edges, order, max_ideals, watch)
     if progress:
         progress(f"  dp: {num} classes, {len(masks)} ideals")
-    graph = problem.graph
-    times = [class_times(problem, contracted, dc) for dc in dclasses]
-    sizes = [sum(graph.by_id[t].memory_bytes for t in ms) for ms in contracted.members]
-    hop = []  # per device class: hop cost per producer
-    for dc in dclasses:
-        dev = problem.platform.by_name[dc.devices[0]]
-        hop.append([0.0 if dc.is_host else problem.platform.hop_time(graph.by_id[t], dev)
-                    for t, _, _ in contracted.producers])
-    produced_by: list[list[int]] = [[] for _ in range(num)]
-    consumed_by: list[list[int]] = [[] for _ in range(num)]
-    for k, (_, pc, consumers) in enumerate(contracted.producers):
-        produced_by[pc].append(k)
-        for c in consumers:
-            consumed_by[c].append(k)
+    times, sizes, hop, produced_by, consumed_by = _class_data(problem, contracted, dclasses)
 
     # states: devices still free per class, as a mixed-radix index
     nd = len(dclasses)
@@ -170,8 +157,8 @@ def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideal
         if np.isfinite(dp[i]).any():
             pairs += walk_from(i, *graph_arrays, upper, dp, arg_prev, arg_class, *scratch)
         if pairs > max_pairs:
-            raise BudgetExceeded(f"the DP passed its budget of {max_pairs} ideal pairs (max_pairs in the Python API): "
-                                 "use --solver ip")
+            raise BudgetExceeded(f"the DP passed its budget of {max_pairs} ideal pairs: raise --max-pairs or use "
+                                 "--solver ip")
         if progress and i % 5000 == 4999:
             progress(f"  dp: {i + 1}/{len(masks)} ideals, {pairs} pairs at {watch.elapsed:.1f} s")
     value = dp[full, top]
@@ -181,6 +168,26 @@ def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideal
                               "memory or use --solver ip --no-contiguous")
     placement = _reconstruct(masks, arg_prev, arg_class, radix, dclasses, contracted, full, top)
     return float(value), placement, {"ideals": float(len(masks)), "pairs": float(pairs), "dp_value": float(value)}
+
+
+def _class_data(problem: Problem, contracted: Contracted, dclasses) -> tuple[list, list, list, list, list]:
+    """Per device class each class's time and each producer's hop cost; per class its weights, the producers
+    it holds and the producers it reads."""
+    graph, num = problem.graph, contracted.num_classes
+    times = [class_times(problem, contracted, dc) for dc in dclasses]
+    sizes = [sum(graph.by_id[t].memory_bytes for t in ms) for ms in contracted.members]
+    hop = []
+    for dc in dclasses:
+        dev = problem.platform.by_name[dc.devices[0]]
+        hop.append([0.0 if dc.is_host else problem.platform.hop_time(graph.by_id[t], dev)
+                    for t, _, _ in contracted.producers])
+    produced_by: list[list[int]] = [[] for _ in range(num)]
+    consumed_by: list[list[int]] = [[] for _ in range(num)]
+    for k, (_, pc, consumers) in enumerate(contracted.producers):
+        produced_by[pc].append(k)
+        for c in consumers:
+            consumed_by[c].append(k)
+    return times, sizes, hop, produced_by, consumed_by
 
 
 def _csr(rows: list[list], width: int = 1):
