@@ -44,6 +44,7 @@ def test_a_signal_ends_the_run_and_its_workers_at_once_and_keeps_old_outputs(tmp
     assert sorted(x.name for x in tmp_path.iterdir()) == ["g.json", "plan.json"]  # no temporaries left
 
 
+@pytest.mark.slow  # over 20 s on 2 cores: the README's test command runs it after the rest
 def test_a_signal_ends_a_run_inside_cp_sat():
     p = subprocess.Popen([sys.executable, "-m", "diviml", "schedule", Path(__file__).parent.parent / "examples" /
                           "layered40.json", "--objective", "batch", "--batch", "32", "--solver", "exact",

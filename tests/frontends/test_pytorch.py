@@ -131,6 +131,7 @@ def test_analytic_profiling_allocates_no_weights():
     assert all(t.time["a100"] > 0 for t in graph.tasks if t not in no_kernel)
 
 
+@pytest.mark.slow  # over 20 s on 2 cores: the README's test command runs it after the rest
 def test_cli_profiles_and_schedules_a_zoo_model(tmp_path):
     out = tmp_path / "g.json"
     r = subprocess.run([sys.executable, "-m", "diviml", "profile", "gpt-tiny", "--batch", "1,2", "--repeats", "2",

@@ -69,6 +69,7 @@ def test_a_split_that_would_cut_a_merged_batch_dimension_is_refused_naming_the_t
         run("gpt-tiny", plan_from_parts(problem, parts), CPU2, problem=problem, repeats=1, warmup=0)
 
 
+@pytest.mark.slow  # over 20 s on 2 cores: the README's test command runs it after the rest
 def test_a_batch_plan_from_the_command_line_runs_with_unequal_shares(tmp_path):
     def cli(*args):
         r = subprocess.run([sys.executable, "-m", "diviml", *map(str, args)], capture_output=True, text=True,

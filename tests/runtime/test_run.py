@@ -264,6 +264,7 @@ def test_run_prints_the_promised_fields_and_writes_trace_gantt_and_calibrated_gr
     assert again.returncode == 0, again.stderr
 
 
+@pytest.mark.slow  # over 20 s on 2 cores: the README's test command runs it after the rest
 def test_run_as_two_gloo_ranks_gives_the_same_outputs(gpt_files):
     d = gpt_files
     r = cli("run", "gpt-tiny", d / "plan.json", "--platform", "cpu-workers-2", "--json", "--repeats", "2",

@@ -14,8 +14,8 @@ import time
 import pytest
 
 import diviml
-from diviml import InputError, Objective, Problem
-from diviml.bounds import BOUND_SOURCES
+from diviml import InputError, Objective, Plan, Problem
+from diviml.bounds import BOUND_SOURCES, CRITICAL_PATH, PATH_WORK_LP, WORK_LP, lower_bound
 from diviml.frontends import neurips2020
 from diviml.generators import layered_dag
 from diviml.solvers import OPTIONS, REGISTRY, options_of
@@ -54,6 +54,12 @@ def test_a_valid_plan_with_a_named_bound_within_the_time_limit(solver, kind):
     assert diviml.validate(plan, problem).ok
     assert plan.solver == solver and plan.objective_kind == kind
     assert plan.bound <= plan.objective * (1 + 1e-9) and plan.bound_source in BOUND_SOURCES
+    generic = min(lower_bound(problem), plan.objective)
+    if plan.bound_source in (CRITICAL_PATH, WORK_LP, PATH_WORK_LP):  # then it is the problem's own lower bound
+        assert plan.bound == generic
+    else:  # a solver's own bound is reported only where it beats the generic one
+        assert plan.bound >= generic - 1e-12
+    assert Plan.from_dict(plan.to_dict()).bound_source == plan.bound_source  # kept in the plan file
     assert plan.status in ("optimal", "feasible", "timeout")
     assert plan.status != "optimal" or plan.gap <= 1e-4
     assert wall <= LIMIT_S + SLACK_S, f"{solver} on {kind} took {wall:.2f} s for a {LIMIT_S} s limit"

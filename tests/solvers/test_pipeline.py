@@ -36,7 +36,8 @@ def test_the_dp_reproduces_the_published_contiguous_optima(data_dir, name):
     assert plan.status == "optimal" and validate(plan, p).ok
 
 
-@pytest.mark.parametrize("name", sorted(NON_CONTIGUOUS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if "training" in n else n
+                                  for n in sorted(NON_CONTIGUOUS)])
 def test_the_non_contiguous_ip_reaches_the_known_optima_below_the_contiguous_ones(data_dir, name):
     p = scenario(data_dir, name)
     plan = diviml.solve(p, "ip", time_limit=120, engine="highs")
