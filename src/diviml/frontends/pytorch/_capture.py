@@ -7,6 +7,7 @@ from typing import Callable, Sequence
 
 from ...errors import InputError
 from .._torch import import_torch
+from ._rewrite import read_weights_once
 
 
 @dataclass
@@ -183,6 +184,7 @@ def _capture(model, example_inputs: Sequence, dynamic_batch: bool = False) -> Ca
     else:
         model = candidate
     if program is not None:
+        read_weights_once(program.graph_module)
         sig = program.graph_signature
         state = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
         values = {**dict(model.named_parameters(remove_duplicate=False)),  # tied weights under each name

@@ -136,7 +136,7 @@ def count_flops(target, args, out, module=None) -> float:
     if name.startswith("convolution"):
         w = args[1]
         return 2.0 * numel(out) * w.shape[1] * math.prod(w.shape[2:])
-    if name.startswith(("mm", "addmm", "bmm", "baddbmm")):
+    if name.startswith(("mm", "addmm", "bmm", "baddbmm", "matmul")):
         a = tensors[-2]
         return 2.0 * numel(out) * a.shape[-1]
     return numel(out)
