@@ -127,3 +127,69 @@ def test_a_platform_file_nested_too_deeply_is_refused(tmp_path):
     path.write_text("devices: " + "[" * 100_000 + "]" * 100_000)
     with pytest.raises(InputError, match="nested too deeply"):
         Platform.load(str(path))
+
+
+@pytest.mark.parametrize("name, servers, gpus", [("six-servers", 6, 20), ("h100-nvlink-8", 1, 8), ("a100-ib-2x8", 2, 16)])
+def test_cluster_presets_have_servers_a_network_distinct_from_their_links_and_a_source_for_each(name, servers, gpus):
+    p = preset(name)
+    assert len({d.server for d in p.devices}) == servers
+    assert sum(not d.is_host for d in p.devices) == gpus and sum(d.is_host for d in p.devices) == servers
+    links = {d.link for d in p.devices if d.link} | set(p.peer_links.values())
+    assert servers == 1 or (p.network is not None and p.network not in links)
+    assert {"layout", "cpu", "link latency"} <= set(p.sources) and all(p.sources.values())
+
+
+def test_six_servers_hold_gpt3_weights_only_across_servers():
+    p = preset("six-servers")
+    per_server: dict[str, float] = {}
+    for d in p.devices:
+        if not d.is_host:
+            per_server[d.server] = per_server.get(d.server, 0.0) + d.memory_bytes
+    assert sum(per_server.values()) == 768e9 and max(per_server.values()) < 700e9  # GPT-3 175B in FP32
+
+
+def test_a_switched_fabric_links_every_pair_and_keeps_its_gpus_interchangeable():
+    p = preset("h100-nvlink-8")
+    gpus = [d.name for d in p.devices if not d.is_host]
+    assert len(p.peer_links) == 28 and p.identical_groups == (tuple(gpus),)
+    t = Task("a", {"h100-sxm": 1}, output_bytes=450e6)
+    assert p.transfer_time(t, "gpu0", "gpu7") == pytest.approx(3e-6 + 1e-3)
+
+
+def _swap(a, b, name):
+    return b if name == a else a if name == b else name
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_grouped_devices_can_be_swapped_without_changing_any_transfer(seed):
+    import random
+    rng = random.Random(seed)
+    n = rng.randint(2, 5)
+    gpus = [{"name": f"g{i}", "type": "gpu", "memory": 1e9, "link": {"bandwidth": 1e9}} for i in range(n)]
+    names = [g["name"] for g in gpus]
+    fast, slow = {"bandwidth": 9e9}, {"bandwidth": 3e9}
+    peers = []
+    for _ in range(rng.randint(0, 3)):
+        members = rng.sample(names, rng.randint(2, n))
+        peers.append({"among": members, **rng.choice([fast, slow])} if len(members) > 2 or rng.random() < .5
+                     else {"between": members, **rng.choice([fast, slow])})
+    p = Platform.from_dict({"devices": [{"name": "cpu", "type": "cpu", "host": True}, *gpus], "peer_links": peers})
+    t = Task("x", {"gpu": 1}, output_bytes=1e6)
+    everyone = [d.name for d in p.devices]
+    for group in p.identical_groups:
+        for i, a in enumerate(group):
+            for b in group[i + 1:]:  # the swap of a and b is an automorphism of the transfer times
+                for x in everyone:
+                    for y in everyone:
+                        assert p.transfer_time(t, x, y) == p.transfer_time(t, _swap(a, b, x), _swap(a, b, y))
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"bandwidth": 1e9}, "either 'between"), ({"between": ["g0"], "bandwidth": 1e9}, "two different devices"),
+    ({"between": ["g0", "g1"], "among": ["g0", "g1"], "bandwidth": 1e9}, "either 'between"),
+    ({"among": ["g0", "nope"], "bandwidth": 1e9}, "unknown device 'nope'")])
+def test_bad_peer_links_are_refused_with_a_reason(entry, message):
+    data = {"devices": [{"name": "cpu", "type": "cpu", "host": True},
+                        {"name": "g", "type": "gpu", "count": 2, "link": {"bandwidth": 1e9}}], "peer_links": [entry]}
+    with pytest.raises(InputError, match=message):
+        Platform.from_dict(data)

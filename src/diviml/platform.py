@@ -85,9 +85,28 @@ class Platform:
             return self.groups
         buckets: dict[tuple, list[str]] = {}
         for d in self.devices:
-            buckets.setdefault((d.type, d.memory_bytes, d.server, d.is_host, d.link), []).append(d.name)
-        involved = {n for pair in self.peer_links for n in pair}
-        return tuple(tuple(g) for g in buckets.values() if len(g) > 1 and not (set(g) & involved))
+            buckets.setdefault((d.type, d.memory_bytes, d.server, d.is_host, d.link, d.threads), []).append(d.name)
+        return tuple(group for g in buckets.values() for group in self._peer_alike(g) if len(group) > 1)
+
+    def _peer_alike(self, names: list[str]) -> list[tuple[str, ...]]:
+        """``names`` cut into classes whose members any swap of two leaves the peer links unchanged: a and b
+        alike when every third device has the same peer link (or none) to a as to b, and, where a class has
+        more than two members, the same link between any two of them (an NVLink switch: all alike)."""
+        classes: list[list[str]] = []
+        for n in names:
+            for c in classes:
+                inside = self.peer_links.get(frozenset(c[:2])) if len(c) > 1 else None
+                if self._swappable(c[0], n) and (len(c) == 1 or all(
+                        self.peer_links.get(frozenset((n, m))) == inside for m in c)):
+                    c.append(n)
+                    break
+            else:
+                classes.append([n])
+        return [tuple(c) for c in classes]
+
+    def _swappable(self, a: str, b: str) -> bool:
+        return all(self.peer_links.get(frozenset((a, x))) == self.peer_links.get(frozenset((b, x)))
+                   for x in self.by_name if x not in (a, b))
 
     # -- transfers -------------------------------------------------------------------------------
     def hop_time(self, task: Task, device: Device, scale: float = 1.0) -> float:
@@ -167,10 +186,7 @@ class Platform:
                         server=str(entry.get("server", "server0")), is_host=host,
                         link=_link(entry.get("link"), f"link of {name}"),
                         threads=_threads(entry.get("threads"), name)))
-            peer = {}
-            for p in data.get("peer_links", []) or []:
-                a, b = p["between"]
-                peer[frozenset((str(a), str(b)))] = _link(p, f"peer link {a}-{b}")
+            peer = _peer_links(data.get("peer_links", []) or [], origin)
             network = _link(data.get("network"), "network")
             groups = tuple(tuple(map(str, g)) for g in data.get("groups", []) or [])
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
@@ -299,6 +315,26 @@ def _positive(v: float, what: str) -> float:
     if not (v > 0) or math.isnan(v):
         raise InputError(f"{what} must be a positive number, got {v}")
     return v
+
+
+def _peer_links(entries, origin: str) -> dict[frozenset, Link]:
+    """Direct device-to-device links: ``between: [a, b]`` for one pair, ``among: [a, b, c, ...]`` for every pair
+    of a switched fabric (NVLink through NVSwitch), each with ``bandwidth`` and ``latency``."""
+    if not isinstance(entries, list):
+        raise InputError(f"{origin}: 'peer_links' must be a list of links, each with 'between' or 'among'")
+    peer: dict[frozenset, Link] = {}
+    for k, entry in enumerate(entries):
+        if not isinstance(entry, Mapping) or ("between" in entry) == ("among" in entry):
+            raise InputError(f"{origin}: peer link #{k} needs either 'between: [a, b]' or 'among: [a, b, ...]'")
+        names = [str(n) for n in entry.get("between") or entry.get("among") or []]
+        if "between" in entry and len(names) != 2 or len(set(names)) < 2:
+            raise InputError(f"{origin}: peer link #{k} must name two different devices in 'between' "
+                             "(or several in 'among')")
+        link = _link(entry, f"peer link #{k}")
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                peer[frozenset((a, b))] = link
+    return peer
 
 
 def _link(d, what: str) -> Link | None:
