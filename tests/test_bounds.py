@@ -5,7 +5,7 @@ from conftest import graph, two_device_platform
 
 import diviml
 from diviml import Objective, Problem
-from diviml.bounds import critical_path_bound, lower_bound, work_bound
+from diviml.bounds import critical_path_bound, lower_bound, memory_path_bound, work_bound
 from diviml.generators import layered_dag
 from diviml.simulate import pipeline_loads
 
@@ -51,4 +51,44 @@ def test_an_lp_bound_that_gets_no_time_is_dropped_and_the_cheap_bound_stands():
     hurried, patient = lower_bound(problem(), time_limit=0.0), lower_bound(problem())
     assert hurried == critical_path_bound(problem()) > 0
     assert patient >= hurried and patient == max(critical_path_bound(problem()), path_work_bound(problem()),
-                                                 work_bound(problem()))
+                                                 work_bound(problem()), memory_path_bound(problem()))
+
+
+def _memory_platform(fast_memory: float) -> diviml.Platform:
+    """A fast device of little memory and a slow one of plenty, on one host (free transfers)."""
+    from diviml import Device, Link, Platform
+    return Platform((Device("slow", "x", 1e12, "s", True), Device("fast", "y", fast_memory, "s", False, Link(1e12))))
+
+
+def test_memory_path_bound_prices_the_layers_that_must_run_on_the_slow_device():
+    g = graph({f"l{i}": ({"x": 3, "y": 1}, 0) for i in range(4)}, [(f"l{i}", f"l{i + 1}") for i in range(3)],
+              **{f"l{i}": {"memory_bytes": 10.0} for i in range(4)})
+    p = Problem(g, _memory_platform(20.0), Objective())  # two of the four layers fit on the fast device
+    assert critical_path_bound(p) == 4
+    assert memory_path_bound(p) == pytest.approx(2 * 1 + 2 * 3, rel=1e-5)
+    assert diviml.solve(p, "exact", time_limit=10).objective == pytest.approx(8)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_memory_path_bound_never_exceeds_the_proven_optimum(seed):
+    import random
+    rng = random.Random(seed)
+    g = layered_dag(rng.randint(4, 9), seed=seed, device_types=("x", "y"))
+    tasks = [diviml.Task(t.id, {"x": rng.uniform(2, 5) * t.time["y"], "y": t.time["y"]}, output_bytes=t.output_bytes,
+                         memory_bytes=float(rng.choice([0, 1, 2, 4]))) for t in g.tasks]  # y faster, x roomier
+    g = diviml.TaskGraph.create(tasks, g.edges)
+    total = sum(t.memory_bytes for t in g.tasks)
+    p = Problem(g, _memory_platform(max(4.0, total * rng.uniform(0.2, 0.6))), Objective())
+    best = diviml.solve(p, "exact", time_limit=20)
+    assert best.status == "optimal"
+    assert memory_path_bound(p) <= best.objective * (1 + 1e-9)
+
+
+def test_the_path_work_lp_is_not_tried_when_its_measured_cost_exceeds_its_share():
+    from diviml.bounds import path_work_bound, path_work_seconds
+    p = Problem(layered_dag(60, seed=2), diviml.preset("paper-server"), Objective("latency"))
+    needs = path_work_seconds(len(p.graph.edges), len(p.graph), len(p.platform.devices))
+    assert path_work_bound(p, time_limit=needs / 2) == 0.0  # dropped without being tried
+    assert path_work_bound(p, time_limit=needs * 100) > critical_path_bound(p) * 0.99
+    # GPT-3 on six servers (about 6,000 tasks and 7,000 edges on 26 devices) would outlast a minute's solve
+    assert path_work_seconds(7000, 6000, 26) > 60
