@@ -83,3 +83,63 @@ def test_the_partitioner_repairs_a_partition_to_an_acyclic_graph_of_parts():
     assert nx.is_directed_acyclic_graph(parts)
     plan = diviml.solve(p, "partitioner", time_limit=10)
     assert validate(plan, p).ok
+
+
+def _layered_model(layers: int, per_layer: int = 3, memory: float = 10.0):
+    """A chain: an embedding, ``layers`` blocks of ``per_layer`` operators (the first holding the weights), a head."""
+    from diviml import Task, TaskGraph
+    ids = ["embed"] + [f"b{i}_{j}" for i in range(layers) for j in range(per_layer)] + ["head"]
+    tasks = [Task(t, {"cpu": 4.0, "gpu": 1.0}, output_bytes=1.0, memory_bytes=memory if t.endswith("_0") else 0.0,
+                  module=None if t in ("embed", "head") else f"blocks.{t[1:].split('_')[0]}.op{t.split('_')[1]}")
+             for t in ids]
+    return TaskGraph.create(tasks, list(zip(ids, ids[1:])))
+
+
+def _servers(gpu_memory: list[list[float]], host_memory: float = 1e6):
+    """One host and the given GPUs (their memory) per server."""
+    from diviml import Platform
+    devices = []
+    for s, gpus in enumerate(gpu_memory):
+        devices.append({"name": f"s{s}cpu", "type": "cpu", "host": True, "memory": host_memory, "server": f"s{s}"})
+        devices += [{"name": f"s{s}gpu{k}", "type": "gpu", "memory": m, "server": f"s{s}",
+                     "link": {"bandwidth": 1e9}} for k, m in enumerate(gpus)]
+    return Platform.from_dict({"devices": devices, "network": {"bandwidth": 1e8}})
+
+
+def _layers_per_device(plan):
+    counts: dict[str, int] = {}
+    for a in plan.assignments:
+        if a.task.endswith("_0"):
+            counts[a.device] = counts.get(a.device, 0) + 1
+    return counts
+
+
+def test_uniform_gives_each_accelerator_an_equal_run_of_layers_server_by_server():
+    from diviml.solvers.baselines.stages import layers_of
+    problem = Problem(_layered_model(8), _servers([[100, 100], [100, 100]]), Objective("pipeline"))
+    assert [len(layer) for layer in layers_of(problem)] == [4, 3, 3, 3, 3, 3, 3, 4]  # embed and head join
+    plan = diviml.solve(problem, "uniform")
+    assert _layers_per_device(plan) == {"s0gpu0": 2, "s0gpu1": 2, "s1gpu0": 2, "s1gpu1": 2}
+    order = [plan.placement[f"b{i}_0"] for i in range(8)]
+    assert order == sorted(order)  # consecutive stages, server s0 first
+
+
+def test_uniform_leaves_out_the_devices_an_equal_share_does_not_fit_and_says_so():
+    problem = Problem(_layered_model(8), _servers([[100, 15], [100, 100]]), Objective("pipeline"))
+    plan = diviml.solve(problem, "uniform")  # a share of 2 layers needs 20: the 15 leaves, three take 3, 3, 2
+    assert "s0gpu1" not in _layers_per_device(plan) and sorted(_layers_per_device(plan).values()) == [2, 3, 3]
+    assert any("left out s0gpu1" in n for n in plan.notes)
+
+
+def test_memory_split_gives_layers_in_proportion_to_memory():
+    problem = Problem(_layered_model(12), _servers([[80, 40], [40, 20]]), Objective("latency"))
+    plan = diviml.solve(problem, "memory-split")
+    assert _layers_per_device(plan) == {"s0gpu0": 5, "s0gpu1": 3, "s1gpu0": 3, "s1gpu1": 1}
+
+
+def test_uniform_refuses_what_no_set_of_devices_holds_in_equal_shares_where_memory_split_fits_it():
+    platform = _servers([[60, 25]], host_memory=1.0)  # 80 of layers: equal halves overflow the 25
+    problem = Problem(_layered_model(8), platform, Objective("pipeline"))
+    with pytest.raises(diviml.InfeasibleError, match="equal shares"):
+        diviml.solve(problem, "uniform")
+    assert _layers_per_device(diviml.solve(problem, "memory-split")) == {"s0gpu0": 6, "s0gpu1": 2}

@@ -100,6 +100,10 @@ REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
                "PipeDream-style optimal split of the linearised graph into consecutive stages (baseline)", True),
     SolverInfo("partitioner", "baselines.partitioner", ("latency", "batch", "pipeline"),
                "METIS graph partition with speed-proportional parts, repaired for memory (baseline)", True),
+    SolverInfo("uniform", "baselines.uniform", ("latency", "batch", "pipeline"),
+               "Megatron/DeepSpeed pipeline split: equal layers per accelerator, server by server (baseline)", True),
+    SolverInfo("memory-split", "baselines.memory_split", ("latency", "batch", "pipeline"),
+               "consecutive layers per device in proportion to its memory, server by server (baseline)", True),
     SolverInfo("greedy", "baselines.greedy", ("latency", "batch", "pipeline", "call-latency"),
                "memory-aware topological fill of devices, fastest first, towards balanced load (baseline)", True),
 )}
