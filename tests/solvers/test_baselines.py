@@ -115,7 +115,7 @@ def _layers_per_device(plan):
 
 
 def test_uniform_gives_each_accelerator_an_equal_run_of_layers_server_by_server():
-    from diviml.solvers.baselines.stages import layers_of
+    from diviml.solvers.engines.layers import layers_of
     problem = Problem(_layered_model(8), _servers([[100, 100], [100, 100]]), Objective("pipeline"))
     assert [len(layer) for layer in layers_of(problem)] == [4, 3, 3, 3, 3, 3, 3, 4]  # embed and head join
     plan = diviml.solve(problem, "uniform")

@@ -10,8 +10,9 @@ import math
 
 from ...errors import InfeasibleError
 from ...problem import Problem
+from ..engines.layers import layers_of
 from ..engines.plans import Stopwatch
-from .stages import fit_shares, layers_of, plan_of_stages, stage_devices
+from .stages import fit_shares, plan_of_stages, stage_devices
 
 NAME = "memory-split"
 

@@ -1,5 +1,5 @@
 """Baseline: the uniform pipeline split of Megatron-LM and DeepSpeed: equal numbers of layers per stage, one
-stage per accelerator, accelerators taken server by server (see :mod:`.stages` for layers and order).
+stage per accelerator, accelerators taken server by server (layers: :mod:`..engines.layers`; order: :mod:`.stages`).
 
 Where an equal share does not fit a device's memory, the devices of the least memory are left out, as a
 user of those tools would do (the share grows on the rest); where no set of accelerators holds the model,
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from ...errors import InfeasibleError
 from ...problem import Problem
+from ..engines.layers import layers_of
 from ..engines.plans import Stopwatch
-from .stages import layers_of, plan_of_stages, stage_devices
+from .stages import plan_of_stages, stage_devices
 
 NAME = "uniform"
 

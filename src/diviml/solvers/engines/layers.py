@@ -1,0 +1,56 @@
+"""A model's layers: its repeated blocks, read off the tasks' module paths.
+
+A *layer* is a numbered block (``blocks.17.attn`` is layer 17 of ``blocks``; the numbered list holding the
+most blocks wins); a task outside every block joins the layer of the task before it in topological order
+(the embedding joins the first). A graph without numbered blocks has one layer per task. The layer-split
+baselines cut runs of layers; the pipeline IP solves large models with each layer kept on one device.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from ...problem import Problem
+
+__all__ = ["layers_of"]
+
+_NUMBERED = re.compile(r"^(.*?)\.(\d+)(?:\.|$)")
+
+
+def layers_of(problem: Problem) -> list[list[str]]:
+    """The tasks of each layer, layers in order, tasks in topological order.
+
+    >>> from diviml import Task, TaskGraph, Platform, Problem, Device
+    >>> tasks = [Task("embed", {"cpu": 1}), Task("a", {"cpu": 1}, module="blocks.0.attn"),
+    ...          Task("b", {"cpu": 1}, module="blocks.1.mlp"), Task("head", {"cpu": 1})]
+    >>> graph = TaskGraph.create(tasks, [("embed", "a"), ("a", "b"), ("b", "head")])
+    >>> layers_of(Problem(graph, Platform((Device("cpu", "cpu", is_host=True),))))
+    [['embed', 'a'], ['b', 'head']]
+    """
+    graph = problem.graph
+    numbered = {t.id: _NUMBERED.match(t.module or "") for t in graph.tasks}
+    counts = Counter((m.group(1), m.group(2)) for m in numbered.values() if m)
+    lists = Counter(prefix for prefix, _ in counts)
+    if not lists:
+        return [[t] for t in graph.topological_order]
+    blocks = max(lists, key=lambda prefix: (lists[prefix], sum(n for (p, _), n in counts.items() if p == prefix)))
+    layers: list[list[str]] = []
+    index_of: dict[str, int] = {}
+    pending: list[str] = []  # tasks before the first block
+    for t in graph.topological_order:
+        m = numbered[t]
+        key = m.group(2) if m and m.group(1) == blocks else None
+        if key is not None and key not in index_of:
+            index_of[key] = len(layers)
+            layers.append(pending)
+            pending = []
+        if key is not None:
+            layers[index_of[key]].append(t)
+        elif layers:
+            layers[-1].append(t)
+        else:
+            pending.append(t)
+    if pending:
+        layers.append(pending)
+    return layers
