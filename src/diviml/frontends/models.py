@@ -69,7 +69,9 @@ def zoo_graph(name: str, *, refresh: bool = False, progress=None) -> TaskGraph:
 
     from .. import __version__
     from .pytorch import profile_zoo
-    key = f"{name}-b1-cpu-diviml{__version__}-torch{torch.__version__}-{host.node()}".replace("/", "_")
+    from .pytorch._capture import CAPTURE_REVISION
+    key = (f"{name}-b1-cpu-diviml{__version__}-capture{CAPTURE_REVISION}-torch{torch.__version__}-"
+           f"{host.node()}").replace("/", "_")
     path = cache_dir() / "profiles" / f"{key}.json"
     if path.exists() and not refresh:
         try:

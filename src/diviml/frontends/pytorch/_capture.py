@@ -9,6 +9,10 @@ from ...errors import InputError
 from .._torch import import_torch
 from ._rewrite import read_weights_once
 
+# raised whenever a change to capture changes the graphs it makes, so that cached profiles are made again
+# (2: a weight broadcast over the sequence read once, frontends/pytorch/_rewrite.py)
+CAPTURE_REVISION = 2
+
 
 @dataclass
 class Captured:
