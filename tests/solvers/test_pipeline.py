@@ -1,5 +1,6 @@
 """Pipeline (max-load) partitioning on the NeurIPS 2020 graphs: the DP and IP against the published optima."""
 
+import math
 from dataclasses import replace
 from itertools import product
 
@@ -147,3 +148,48 @@ def test_ideals_and_their_transitions_are_every_down_set_and_every_class_that_ca
         for mask, out in zip(masks, transitions):
             joinable = [c for c in range(num) if not mask >> c & 1 and mask | 1 << c in down_sets]
             assert [(c, masks[child]) for _, c, child in out] == [(c, mask | 1 << c) for c in joinable]
+
+
+def _model_of_layers(layers: int, memory: float):
+    """An embedding, ``layers`` blocks of two operators (weights on the first) and a head; free transfers."""
+    import random
+    rng = random.Random(layers)
+    ids = ["embed"] + [f"b{i}_{j}" for i in range(layers) for j in range(2)] + ["head"]
+    tasks = []
+    for t in ids:
+        work = rng.uniform(1, 3)
+        tasks.append(diviml.Task(t, {"cpu": 4 * work, "v100": 1.5 * work, "a100": work}, output_bytes=0.0,
+                                 memory_bytes=memory if t.endswith("_0") else 0.0,
+                                 module=None if t in ("embed", "head") else f"blocks.{t[1:].split('_')[0]}.op"))
+    return diviml.TaskGraph.create(tasks, list(zip(ids, ids[1:])))
+
+
+@pytest.mark.parametrize("memory", [1e9, 12e9])
+def test_the_layer_program_finds_the_best_split_of_whole_layers_into_consecutive_runs(memory):
+    # three devices: every order is tried, so nothing beats it among splits of whole layers into runs
+    from diviml.solvers.engines.layers import layers_of
+    from diviml.solvers.engines.plans import Stopwatch
+    from diviml.solvers.pipeline.layers import split_layers
+    problem = Problem(_model_of_layers(6, memory), diviml.preset("paper-server"), Objective("pipeline"))
+    plan = split_layers(problem, Stopwatch(10))
+    layers, devices = layers_of(problem), [d.name for d in problem.platform.devices]
+    best = math.inf
+    for owner in product(range(3), repeat=len(layers)):  # every run of layers on each device, in any order
+        runs = [k for k in range(1, len(owner)) if owner[k] != owner[k - 1]]
+        if len(runs) + 1 > len({*owner}):
+            continue  # a device holding two runs: not consecutive
+        placement = {t: devices[owner[k]] for k, layer in enumerate(layers) for t in layer}
+        used = {d: sum(problem.graph.by_id[t].memory_bytes for t, e in placement.items() if e == d) for d in devices}
+        if all(used[d] <= problem.platform.by_name[d].memory_bytes for d in devices):
+            best = min(best, pipeline_loads(problem, placement).objective)
+    assert plan is not None and plan.objective == pytest.approx(best)
+    assert validate(plan, problem).ok
+
+
+def test_the_pipeline_ip_starts_from_the_layer_program_on_a_model_of_layers():
+    from diviml.solvers.engines.plans import Stopwatch
+    from diviml.solvers.pipeline.layers import split_layers
+    problem = Problem(_model_of_layers(8, 12e9), diviml.preset("paper-server"), Objective("pipeline"))
+    assert diviml.solve(problem, "ip", time_limit=10).objective <= split_layers(problem, Stopwatch(10)).objective
+    assert split_layers(Problem(layered_dag(20, seed=0), diviml.preset("paper-server"), Objective("pipeline")),
+                        Stopwatch(10)) is None  # no numbered blocks: no layers to split

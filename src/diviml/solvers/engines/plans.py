@@ -22,15 +22,17 @@ def better_bound(*bounds: tuple[float | None, str]) -> tuple[float, str]:
     return max(known, key=lambda b: b[0]) if known else (0.0, "")
 
 
-def best_of(attempts: Iterable[Callable[[], Plan]]) -> Plan | None:
-    """The plan of least objective among ``attempts`` run in turn (a solve that finds no plan is skipped), or
-    None: how a solver warm-starts from baselines."""
+def best_of(attempts: Iterable[Callable[[], Plan | None]]) -> Plan | None:
+    """The plan of least objective among ``attempts`` run in turn (a solve that finds no plan, raising or
+    returning None, is skipped), or None: how a solver warm-starts from baselines."""
     plans = []
     for attempt in attempts:
         try:
-            plans.append(attempt())
+            plan = attempt()
         except DivimlError:
-            pass
+            continue
+        if plan is not None:
+            plans.append(plan)
     return min(plans, key=lambda p: p.objective, default=None)
 
 

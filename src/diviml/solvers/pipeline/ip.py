@@ -25,6 +25,7 @@ from ..engines.plans import Stopwatch, best_of, make_plan
 from ..engines.symmetry import CRITERIA, groups, relabel_by_score
 from . import dp as pipeline_dp
 from .common import Contracted
+from .layers import split_layers
 
 NAME = "ip"
 
@@ -180,13 +181,15 @@ def _relabel(problem: Problem, placement: dict[str, str], symmetry: str) -> dict
 
 
 def warm_start(problem: Problem, watch: Stopwatch) -> Plan | None:
-    """The DP's contiguous optimum when it runs within a fifth of the time, else the greedy split."""
+    """The DP's contiguous optimum when it runs within a fifth of the time, else the better of the greedy
+    split and, for a model of layers, the best split of whole layers (:mod:`.layers`)."""
     contiguous = replace(problem, objective=replace(problem.objective, contiguous=True))
     if not (problem.is_training and problem.objective.training == "gpipe"):
         dp = best_of([lambda: pipeline_dp.solve(contiguous, time_limit=max(watch.left / 5, 0.5))])
         if dp is not None:
             return replace(dp, objective_kind="pipeline")
-    return best_of([lambda: greedy.solve(contiguous, time_limit=max(watch.left / 10, 0.5))])
+    return best_of([lambda: greedy.solve(contiguous, time_limit=max(watch.left / 10, 0.5)),
+                    lambda: split_layers(problem, Stopwatch(max(watch.left / 10, 0.5)), solver=NAME)])
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: str = "auto",
