@@ -160,13 +160,14 @@ def cmd_profile(args) -> dict:
     from ..runtime import model_source
     if (args.model is None) == (args.model_option is None):
         raise InputError("give the model once: a zoo name or path/to/file.py:factory (or --model)")
-    source = model_source(args.model or args.model_option)
     try:
         batches = [int(b) for b in args.batch.split(",")]
     except ValueError:
         raise InputError(f"--batch {args.batch!r}: give batch sizes like 1,8,32") from None
     if any(b < 1 for b in batches):
         raise InputError("batch sizes must be >= 1")
+    source = _phase_source(args, batches) if (args.phase or args.seq or args.context) else \
+        model_source(args.model or args.model_option)
     if source.batch_fixed is not None and batches != [source.batch_fixed]:
         if args.batch != "1":
             raise InputError(f"the factory's inputs have batch {source.batch_fixed}: a factory model is profiled at "
@@ -207,6 +208,21 @@ def cmd_profile(args) -> dict:
     return {"calibration": calibration, "model": source.name, "threads": threads, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
             "flops": sum(t.flops or 0.0 for t in graph.tasks), "memory_bytes": sum(t.memory_bytes for t in graph.tasks),
             "total_time_s": times, "measured": measured, "written": [args.out] if args.out else []}
+
+
+def _phase_source(args, batches: list[int]):
+    """A language model in the serving phase the flags choose (--phase, --seq, --context)."""
+    from ..frontends import zoo
+    from ..runtime._source import ModelSource
+    phase = args.phase or ("decode" if args.context else "prefill")
+    if (phase == "decode" and args.seq) or (phase == "prefill" and args.context):
+        raise InputError("--seq sizes a prefill's prompt and --context a decoding step's cache: give the one "
+                         "that fits --phase")
+    if phase == "decode" and len(batches) > 1:
+        raise InputError("a decoding step's KV cache is built for one batch size: give one --batch")
+    spec = zoo.llm_spec(args.model or args.model_option, phase, sequence=args.seq or zoo.PREFILL_TOKENS,
+                        context=args.context or 2048, batch=batches[0])
+    return ModelSource(spec.name, spec.build, spec.inputs)
 
 
 def cmd_run(args) -> dict:

@@ -143,6 +143,11 @@ def _add_profile(sub) -> None:
     pr.add_argument("--no-fold", action="store_true",
                     help="charge what depends on no input per request (by default it is computed once at capture)")
     pr.add_argument("--threads", type=int, help="CPU threads while measuring (fixed; default 1, or the platform's)")
+    pr.add_argument("--phase", choices=("prefill", "decode"),
+                    help="a language model's serving phase (gpt3-175b, llama2-7b, llama2-70b): the prefill of a "
+                         "prompt, or one decoding step over a KV cache for --batch requests")
+    pr.add_argument("--seq", type=int, help="prefill: tokens in the prompt (default 2048)")
+    pr.add_argument("--context", type=int, help="decode: tokens already in the KV cache (default 2048)")
     pr.add_argument("--out", help="write the graph JSON")
     pr.add_argument("--quiet", action="store_true")
     pr.add_argument("--json", action="store_true")

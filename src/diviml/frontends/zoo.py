@@ -51,7 +51,7 @@ class TransformerConfig:
 
 
 GPT = {"gpt-tiny": TransformerConfig(2, 128, 4, 1000, 32), "gpt2-small": TransformerConfig(12, 768, 12),
-       "gpt2-medium": TransformerConfig(24, 1024, 16), "gpt3-175b": TransformerConfig(96, 12288, 96, 50257, 2048)}
+       "gpt2-medium": TransformerConfig(24, 1024, 16)}
 BERT = {"bert-tiny": TransformerConfig(2, 128, 2, 1000, 32), "bert-base": TransformerConfig(12, 768, 12, 30522),
         "bert-large": TransformerConfig(24, 1024, 16, 30522)}
 
@@ -102,6 +102,39 @@ def _transformer_spec(name: str, cfg: TransformerConfig, causal: bool) -> ModelS
     params = cfg.layers * 12 * cfg.hidden ** 2 + cfg.vocab * cfg.hidden
     return ModelSpec(name, f"{kind}: {cfg.layers} layers, hidden {cfg.hidden}, {cfg.heads} heads, sequence "
                      f"{cfg.sequence}, about {params / 1e6:.0f}M parameters", lambda: transformer(cfg, causal), inputs)
+
+
+# -- large language models, one serving phase each (frontends/llm.py) -------------------------------------
+PREFILL_TOKENS = 2048  # a zoo LLM's prompt unless the phase is chosen (diviml profile --phase/--seq/--context)
+
+
+def llm_spec(name: str, phase: str = "prefill", *, sequence: int = PREFILL_TOKENS, context: int = 2048,
+             batch: int | None = None) -> ModelSpec:
+    """The LLM ``name`` (:data:`.llm.DECODERS`) in one phase: a prefill of ``sequence`` tokens (any batch), or
+    a decoding step over a ``context``-token cache for ``batch`` requests (the cache fixes the batch)."""
+    from .llm import DECODERS, decoder, parameters
+    if name not in DECODERS:
+        raise InputError(f"--phase applies to the language models {', '.join(DECODERS)}, not {name!r}")
+    cfg = DECODERS[name]
+    if phase == "decode":
+        fixed = batch or 1
+        label = f"{name}-decode-c{context}-b{fixed}"
+        summary = f"one decoding step of {fixed} request(s) over a {context}-token KV cache"
+    else:
+        fixed, label, summary = None, name if sequence == PREFILL_TOKENS else f"{name}-prefill-s{sequence}", \
+            f"prefill of {sequence} tokens"
+
+    def inputs(b: int):
+        if fixed is not None and b != fixed:
+            raise InputError(f"{label}'s KV cache holds {fixed} request(s): profile it at --batch {fixed}")
+        torch = import_torch()
+        tokens = 1 if phase == "decode" else sequence
+        return (torch.randint(0, cfg.vocab, (b, tokens), generator=torch.Generator().manual_seed(0)),)
+
+    return ModelSpec(label, f"{cfg.style.upper() if cfg.style == 'gpt' else 'Llama'}-style decoder, {cfg.layers} "
+                     f"layers, hidden {cfg.hidden}, {cfg.heads} heads ({cfg.kv_heads} key/value), about "
+                     f"{parameters(cfg) / 1e9:.3g}B parameters: {summary} ({cfg.source})",
+                     lambda: decoder(cfg, phase, sequence=sequence, context=context, batch=fixed or 1), inputs)
 
 
 # -- randomly wired networks ------------------------------------------------------------------------------
@@ -244,6 +277,8 @@ def _registry() -> dict[str, ModelSpec]:
               _hf_spec("hf-gpt2", "HuggingFace GPT2LMHeadModel, gpt2 config (12 layers, hidden 768)",
                        lambda t: t.GPT2LMHeadModel(t.GPT2Config()), 50257)]
     specs += [_transformer_spec(n, c, True) for n, c in GPT.items()]
+    from .llm import DECODERS
+    specs += [llm_spec(n) for n in DECODERS]
     specs += [_transformer_spec(n, c, False) for n, c in BERT.items()]
     specs += [_randwire_spec(g, s) for g in ("ws", "er", "ba") for s in range(3)]
     specs += [_randwire_small_spec(g, s) for g in ("ws", "er", "ba") for s in range(3)]
