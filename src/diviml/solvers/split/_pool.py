@@ -51,8 +51,8 @@ def stop(executor) -> None:
     workers = list(getattr(executor, "_processes", {}).values())  # no public way before Python 3.14
     executor.shutdown(wait=False, cancel_futures=True)
     for process in workers:
-        if process.is_alive():
-            process.terminate()
+        if process.is_alive():  # SIGKILL: a forked worker shares the CLI's signal pipe, so SIGTERM would end both
+            process.kill()
     for process in workers:
         process.join(timeout=1.0)
 
