@@ -64,10 +64,15 @@ def decoder(cfg: DecoderConfig, phase: str = "prefill", *, sequence: int = 2048,
         raise InputError("sequence, context and batch must be at least 1")
     if phase == "prefill" and sequence > cfg.max_positions:
         raise InputError(f"a prompt of {sequence} tokens is longer than the model's {cfg.max_positions} positions")
+    cache = (batch, cfg.kv_heads, context, cfg.hidden // cfg.heads) if phase == "decode" else None
+    return _decoder_class(cfg, _block_class(cfg, cache), cache)()
+
+
+def _block_class(cfg: DecoderConfig, cache: tuple | None):
+    """The module class of one layer: attention (over the cache too when there is one) and the MLP."""
     torch = import_torch()
     nn: Any = torch.nn  # torch is imported at call time, so its classes are Any to the type checker
     head_dim = cfg.hidden // cfg.heads
-    cache = (batch, cfg.kv_heads, context, head_dim) if phase == "decode" else None
 
     class Block(nn.Module):
         def __init__(self):
@@ -107,6 +112,7 @@ def decoder(cfg: DecoderConfig, phase: str = "prefill", *, sequence: int = 2048,
                 scores = scores.view(b, cfg.kv_heads, group, t, t).masked_fill(causal, float("-inf"))
                 out = torch.softmax(scores, -1).view(b, cfg.kv_heads, group * t, t) @ v
             else:  # one new token: over the cache, read in place, and over itself
+                context = cache[2]
                 joined = torch.cat([q @ self.k_cache.transpose(-1, -2), scores], -1)
                 weights = torch.softmax(joined, -1)
                 out = weights[..., :context] @ self.v_cache + weights[..., context:] @ v
@@ -117,27 +123,36 @@ def decoder(cfg: DecoderConfig, phase: str = "prefill", *, sequence: int = 2048,
             x = x + self.attention(self.norm1(x))
             return x + self.mlp(self.norm2(x))
 
+    return Block
+
+
+def _decoder_class(cfg: DecoderConfig, block, cache: tuple | None):
+    """The module class of the model: embedding (and GPT's learned positions), the layers, the last
+    position's logits."""
+    torch = import_torch()
+    nn: Any = torch.nn
+
     class Decoder(nn.Module):
         def __init__(self):
             super().__init__()
             self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
             if cfg.style == "gpt":
                 self.position = nn.Embedding(cfg.max_positions, cfg.hidden)
-            self.blocks = nn.ModuleList(Block() for _ in range(cfg.layers))
+            self.blocks = nn.ModuleList(block() for _ in range(cfg.layers))
             self.norm = nn.LayerNorm(cfg.hidden) if cfg.style == "gpt" else nn.RMSNorm(cfg.hidden)
             self.head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
 
         def forward(self, tokens):
             x = self.embed(tokens)
             if cfg.style == "gpt":
-                start = context if cache is not None else 0
+                start = cache[2] if cache is not None else 0
                 positions = torch.arange(start, start + tokens.shape[1], device=tokens.device) % cfg.max_positions
                 x = x + self.position(positions)
-            for block in self.blocks:
-                x = block(x)
+            for layer in self.blocks:
+                x = layer(x)
             return self.head(self.norm(x[:, -1]))
 
-    return Decoder()
+    return Decoder
 
 
 def parameters(cfg: DecoderConfig) -> float:
