@@ -161,69 +161,61 @@ def _items(problem: Problem) -> list[tuple[str, ...]]:
 
 
 def memory_path_bound(problem: Problem, time_limit: float | None = None) -> float:
-    """Latency where memory decides where the long path runs: the tasks of one path run one after another,
-    so for any plan the makespan is at least the sum of their times on the devices they are given, and those
-    devices must hold every task's memory. The LP relaxation: fractional x over allowed devices, every
-    device's memory respected, minimising the path's time. Tried on two paths (fastest times; most memory);
-    tasks alike in times, memory and devices are one column with a count, so 96 equal layers cost one.
-
-    A model whose weights fit on its fastest device gives the critical path again; GPT-3 on six servers,
-    whose weights fill every GPU, gives about twice it (0 for other objectives)."""
+    """Latency where memory decides where the long paths run: the longest path under a fractional placement
+    that holds every device's memory. LP: ``x[t,k]`` the share of task t on devices of kind k, finish
+    potentials ``e[v] >= e[u] + sum_k p[v,k] x[v,k]`` on every edge, ``C >= e[v]``, and per kind
+    ``sum_t m_t x[t,k] <=`` the kind's memory and ``sum_t p[t,k] x[t,k] <= C x`` its number of devices. Devices of one type are one kind holding their summed memory (a
+    relaxation: any plan maps onto it with the same times), so GPT-3 on 26 devices is an LP over 4 kinds.
+    Transfers are free and devices run in parallel, so this is the critical path whenever the weights fit
+    where they run fastest (0 then, and for other objectives)."""
     if problem.objective.kind != "latency":
         return 0.0
+    graph, platform = problem.graph, problem.platform
+    kinds: dict[str, float] = {}
+    for d in platform.devices:
+        kinds[d.type] = kinds.get(d.type, 0.0) + d.memory_bytes
+    total = sum(t.memory_bytes for t in graph.tasks)
+    if all(capacity >= total for capacity in kinds.values()):
+        return 0.0  # memory keeps nothing off its fastest kind: the critical path says as much
     stop = None if time_limit is None else perf_counter() + time_limit
-    graph = problem.graph
-    fastest = {t.id: min(problem.time(t.id, d) for d in problem.allowed_devices[t.id]) for t in graph.tasks}
-    heaviest = {t.id: t.memory_bytes + 1e-30 * fastest[t.id] for t in graph.tasks}
-    best = 0.0
-    for weight in (fastest, heaviest):
-        longest = longest_paths(graph.topological_order, graph.predecessors.__getitem__, weight.__getitem__)
-        on_path = _path_ending(graph, longest, weight)
-        left = None if stop is None else stop - perf_counter()
-        if left is not None and left <= 0:
-            break
-        best = max(best, _path_lp(problem, on_path, left))
-    return best
+    kind_of = {d.name: d.type for d in platform.devices}
+    allowed = {t.id: sorted({kind_of[d] for d in problem.allowed_devices[t.id]}) for t in graph.tasks}
+    unit = _unit(_unit_costs(problem))
+    scale = max((t.memory_bytes for t in graph.tasks), default=0.0) or 1.0
+    lp = _KeyedLP()
+    for t in graph.topological_order:
+        for k in allowed[t]:
+            lp.col(("x", t, k))
+        lp.col(("e", t))
+    lp.col(("C",))
 
+    def own_time(t: str) -> dict:
+        name = next(d for d in problem.allowed_devices[t])  # any device of the kind: times are by type
+        by_kind = {kind_of[d]: d for d in problem.allowed_devices[t]}
+        return {("x", t, k): problem.time(t, by_kind.get(k, name)) * unit for k in allowed[t]}
 
-def _path_ending(graph, longest: dict, weight: dict) -> set[str]:
-    """The tasks of a longest path (by ``weight``), walked back from its end."""
-    t = max(longest, key=longest.get, default=None)
-    path = set()
-    while t is not None:
-        path.add(t)
-        before = [u for u in graph.predecessors[t] if math.isclose(longest[u] + weight[t], longest[t])]
-        t = max(before, key=longest.get, default=None)
-    return path
-
-
-def _path_lp(problem: Problem, on_path: set[str], time_limit: float | None) -> float:
-    """min the time of ``on_path`` over fractional placements that hold every task's memory."""
-    devices = [d.name for d in problem.platform.devices]
-    classes: dict[tuple, int] = {}
-    for t in problem.graph.tasks:
-        if t.memory_bytes <= 0 and t.id not in on_path:
-            continue  # neither costs the path nor fills a device
-        allowed = problem.allowed_devices[t.id]
-        key = (t.id in on_path, t.memory_bytes,
-               tuple(problem.time(t.id, d) if d in allowed else None for d in devices))
-        classes[key] = classes.get(key, 0) + 1
-    unit = _unit({t: {d: problem.time(t, d) for d in problem.allowed_devices[t]} for t in on_path})
-    columns = [(k, j) for k, key in enumerate(classes) for j, time in enumerate(key[2]) if time is not None]
-    keys = list(classes)
-    cost = np.array([keys[k][2][j] * unit if keys[k][0] else 0.0 for k, j in columns])
-    a_eq, a_ub = _Sparse(), _Sparse()
-    scale = max((key[1] for key in keys), default=0.0) or 1.0  # memory in largest tasks: coefficients near 1
-    for col, (k, j) in enumerate(columns):
-        a_eq.add(k, col, 1.0)
-        a_ub.add(j, col, keys[k][1] / scale)
+    for t in graph.topological_order:
+        lp.eq({("x", t, k): 1.0 for k in allowed[t]})
+        if not graph.predecessors[t]:
+            lp.ub({("e", t): -1.0, **own_time(t)})
+        if not graph.successors[t]:
+            lp.ub({("e", t): 1.0, ("C",): -1.0})
+    for n, (u, v) in enumerate(graph.edges):
+        if stop is not None and n % 2000 == 0 and perf_counter() > stop:
+            return 0.0  # building the LP alone outlasts its share: drop it
+        lp.ub({("e", u): 1.0, ("e", v): -1.0, **own_time(v)})
+    count = {k: sum(d.type == k for d in platform.devices) for k in kinds}
+    for k in kinds:  # a kind's devices are busy at most C each
+        work = {("x", t, k): v for t in graph.topological_order for key, v in own_time(t).items() if key[2] == k}
+        lp.ub({**work, ("C",): -float(count[k])})
     # what the validator lets a device hold (its tolerance), so that no plan it accepts is cut off
-    capacity = np.array([(d.memory_bytes * (1 + 2 * REL_TOL) + ABS_TOL) / scale if math.isfinite(d.memory_bytes)
-                         else 1e300 for d in problem.platform.devices])
-    res = linprog(cost, A_ub=a_ub.matrix(len(devices), len(columns)), b_ub=capacity,
-                  A_eq=a_eq.matrix(len(keys), len(columns)), b_eq=np.array([float(classes[k]) for k in keys]),
-                  bounds=[(0, None)] * len(columns), method="highs", options=_limit(time_limit))
-    return float(res.fun) / unit * (1 - 1e-6) if res.status == 0 else 0.0
+    for k, capacity in kinds.items():
+        if math.isfinite(capacity):
+            held = {("x", t.id, k): t.memory_bytes / scale for t in graph.tasks
+                    if t.memory_bytes > 0 and lp.has(("x", t.id, k))}
+            lp.ub(held, (capacity * (1 + 2 * REL_TOL) + ABS_TOL * len(platform.devices)) / scale)
+    value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
+    return value / unit * (1 - 1e-6) if value is not None else 0.0
 
 
 def path_work_bound(problem: Problem, time_limit: float | None = None) -> float:
@@ -288,12 +280,13 @@ def path_work_seconds(edges: int, tasks: int, devices: int) -> float:
 
 
 class _KeyedLP:
-    """An LP built by named columns (``col``), rows ``sum a x <= 0`` (``ub``) and ``sum a x = 1`` (``eq``)
+    """An LP built by named columns (``col``), rows ``sum a x <= rhs`` (``ub``, rhs 0 unless given) and ``sum a x = 1`` (``eq``)
     given as {column key: coefficient}, all columns >= 0, solved by HiGHS (:func:`scipy.optimize.linprog`)."""
 
     def __init__(self):
         self.index: dict = {}
         self.rows_ub: list[dict] = []
+        self.rhs_ub: list[float] = []
         self.rows_eq: list[dict] = []
 
     def col(self, key) -> int:
@@ -303,8 +296,9 @@ class _KeyedLP:
     def has(self, key) -> bool:
         return key in self.index
 
-    def ub(self, row: dict) -> None:
+    def ub(self, row: dict, rhs: float = 0.0) -> None:
         self.rows_ub.append({self.index[k]: v for k, v in row.items()})
+        self.rhs_ub.append(rhs)
 
     def eq(self, row: dict) -> None:
         self.rows_eq.append({self.index[k]: v for k, v in row.items()})
@@ -321,7 +315,7 @@ class _KeyedLP:
                 a_eq.add(i, j, v)
         c = np.zeros(n)
         c[self.index[key]] = 1.0
-        res = linprog(c, A_ub=a_ub.matrix(len(self.rows_ub), n), b_ub=np.zeros(len(self.rows_ub)),
+        res = linprog(c, A_ub=a_ub.matrix(len(self.rows_ub), n), b_ub=np.array(self.rhs_ub, dtype=float),
                       A_eq=a_eq.matrix(len(self.rows_eq), n), b_eq=np.ones(len(self.rows_eq)),
                       bounds=[(0, None)] * n, method="highs", options=_limit(time_limit))
         return float(res.fun) if res.status == 0 else None

@@ -199,9 +199,10 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
         raise InputError(f"unknown symmetry criterion {symmetry!r}: choose {', '.join(CRITERIA)}")
     watch = Stopwatch(time_limit)
     contracted = Contracted(problem)
-    start = warm_start(problem, watch)
     from ...bounds import lower_bound
-    generic = lower_bound(problem, watch.left / 4)  # now, while there is time: the plans below reuse it
+    # first, while there is time: it is kept with the problem, and every plan below (the warm starts' too) reads it
+    generic = lower_bound(problem, watch.left / 4)
+    start = warm_start(problem, watch)
     scale = start.objective if start else generic
     m, maps = build(problem, contracted, symmetry, unit=1000.0 / scale if scale > 0 else 1.0)
     hint = hint_vector(m, maps, problem, contracted, start.placement, symmetry) if start else None
