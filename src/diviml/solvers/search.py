@@ -21,13 +21,15 @@ from .engines.jobs import JobGraph, batch_splits
 from .engines.outcome import Engine
 from .engines.plans import Stopwatch, best_of, better_bound, plan_from_jobs
 from .engines.symmetry import CRITERIA, relabel
+from .pipeline.layers import split_layers
 
 BASELINE_S_PER_TASK = 1e-4  # HEFT, its simulation and validation, per task (50,000 tasks: about 5 s)
 
 
 def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25) -> Plan | None:
-    """The best of HEFT, the best single device and (batch objective) data parallelism with unequal shares,
-    or None when none fits the memory. The problem's lower bound is computed first, with ``bound_share`` of the
+    """The best of HEFT, the best single device, (latency) the best runs of whole layers and (batch objective)
+    data parallelism with unequal shares, or None when none fits the memory. The problem's lower bound is
+    computed first, with ``bound_share`` of the
     time left: each plan asks for it, and the first to ask would otherwise give its LPs all the time there is
     (a caller running this beside other work, in a process of its own, can give it more: see
     :func:`bound_share_beside`)."""
@@ -36,6 +38,8 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
     if problem.objective.kind == "batch" and best_device.candidates(problem):
         attempts.append(lambda: data_parallel.solve(problem, time_limit=max(watch.left / 10, 1e-3)))
     attempts.append(lambda: heft.solve(problem, time_limit=max(watch.left, 1e-3)))
+    if problem.objective.kind == "latency":  # a model of layers: whole layers in runs, fastest devices first
+        attempts.append(lambda: split_layers(problem, Stopwatch(max(watch.left / 10, 1e-3))))
     if best_device.candidates(problem):
         attempts.append(lambda: best_device.solve(problem, time_limit=max(watch.left, 1e-3)))
     return best_of(attempts)

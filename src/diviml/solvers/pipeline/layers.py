@@ -2,11 +2,11 @@
 
 For a model of L repeated layers (:func:`..engines.layers.layers_of`), a dynamic program over (devices in
 order, layers placed) gives each device a run of consecutive layers, or none, minimising the largest load
-(a run's compute, plus the hops of its input in and its output out) with every run inside its device's
-memory: O(D L^2) steps. It is tried over every device order on up to four devices, else over three (the
+(a run's compute, plus the hops of its input in and its output out; for latency, the sum of the runs' loads)
+with every run inside its device's memory: O(D L^2) steps. It is tried over every device order on up to four devices, else over three (the
 platform's, fastest first, slowest first: a slow device that must take layers may do best in the middle,
-which only the first can give), and each plan is then evaluated by the simulator, transfers and all. The pipeline IP starts from it where
-the model has layers and the IP itself is too large to solve (GPT-3 on six servers: 6,058 tasks, 96 layers).
+which only the first can give), and each plan is then evaluated by the simulator, transfers and all. The pipeline IP starts from it, and the
+latency solvers count it among their baseline plans, where the model has layers (GPT-3: 96).
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ EVERY_ORDER_UP_TO = 4  # devices: up to this many, every order is tried (24 prog
 
 def split_layers(problem: Problem, watch: Stopwatch, *, solver: str = NAME) -> Plan | None:
     """The best of the layer programs over the device orders, or None where the model has no layers (or
-    groups of its own, which whole layers could split)."""
+    groups of its own, which whole layers could split). For the pipeline objective a run's load is what the
+    program keeps small at the largest; for latency, where the runs follow one another, their sum."""
     layers = layers_of(problem)
     graph = problem.graph
-    if not 1 < len(layers) <= MAX_LAYERS or len(layers) == len(graph) or problem.colocation_groups:
+    if (not 1 < len(layers) <= MAX_LAYERS or len(layers) == len(graph) or problem.colocation_groups
+            or problem.objective.kind not in ("pipeline", "latency")):
         return None
     costs = _LayerCosts(problem, layers)
     speed = {d.name: sum(costs.time[k][d.name] for k in range(len(layers))) for d in problem.platform.devices}
@@ -42,7 +44,7 @@ def split_layers(problem: Problem, watch: Stopwatch, *, solver: str = NAME) -> P
     for order in orders:
         if watch.expired and best is not None:
             break
-        runs = _runs(costs, list(order))
+        runs = _runs(costs, list(order), total=problem.objective.kind == "latency")
         if runs is None:
             continue
         placement = {t: device for device, (i, j) in runs.items() for layer in layers[i:j] for t in layer}
@@ -85,8 +87,9 @@ class _LayerCosts:
         return total
 
 
-def _runs(costs: _LayerCosts, order: list[str]) -> dict[str, tuple[int, int]] | None:
-    """Device -> (first layer, one past the last) minimising the largest run's load over ``order``, or None."""
+def _runs(costs: _LayerCosts, order: list[str], total: bool = False) -> dict[str, tuple[int, int]] | None:
+    """Device -> (first layer, one past the last) minimising the largest run's load over ``order`` (with
+    ``total``, the sum of the runs' loads), or None."""
     n = len(costs.time)
     best = [0.0] + [math.inf] * n  # best[i]: the least largest load placing layers 0..i-1 on the devices so far
     choice: list[list[int]] = []
@@ -99,7 +102,7 @@ def _runs(costs: _LayerCosts, order: list[str]) -> dict[str, tuple[int, int]] | 
                 if held > costs.capacity[device] * (1 + 1e-9):
                     break
                 load = costs.load(device, i, j)
-                value = max(best[i], load)
+                value = best[i] + load if total else max(best[i], load)
                 if value < now[j]:
                     now[j], took[j] = value, i
         best = now
