@@ -209,8 +209,9 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
     if progress:
         progress(f"  ip: {m.num_vars} variables, {len(m.rows)} rows, warm start "
                  f"{start.objective:.6g} ({start.solver})" if start else "  ip: no warm start")
-    # kept back for HiGHS's overrun and reading the answer back: 2-4 s at 400,000 variables (GPT-3, six servers)
-    reserve = 1e-5 * m.num_vars
+    # kept back for HiGHS's overrun and reading the answer back: up to 9 s at 400,000 variables (GPT-3 on six
+    # servers: 35 s for a 30 s limit with 4 s kept back, in llm_servers.py beside nothing else)
+    reserve = 2.5e-5 * m.num_vars
     result = solve_linear(m, time_limit=max(watch.left - reserve, 0.1), seed=seed, hint=hint, engine=engine,
                           threads=workers)
     notes = [result.note] if result.note else []
