@@ -189,24 +189,22 @@ def memory_path_bound(problem: Problem, time_limit: float | None = None) -> floa
         lp.col(("e", t))
     lp.col(("C",))
 
-    def own_time(t: str) -> dict:
-        name = next(d for d in problem.allowed_devices[t])  # any device of the kind: times are by type
-        by_kind = {kind_of[d]: d for d in problem.allowed_devices[t]}
-        return {("x", t, k): problem.time(t, by_kind.get(k, name)) * unit for k in allowed[t]}
-
+    # sum_k p[t,k] x[t,k], per task: times are by type, so any allowed device of the kind gives them
+    own_time = {t: {("x", t, kind_of[d]): problem.time(t, d) * unit for d in problem.allowed_devices[t]}
+                for t in graph.topological_order}
     for t in graph.topological_order:
         lp.eq({("x", t, k): 1.0 for k in allowed[t]})
         if not graph.predecessors[t]:
-            lp.ub({("e", t): -1.0, **own_time(t)})
+            lp.ub({("e", t): -1.0, **own_time[t]})
         if not graph.successors[t]:
             lp.ub({("e", t): 1.0, ("C",): -1.0})
     for n, (u, v) in enumerate(graph.edges):
         if stop is not None and n % 2000 == 0 and perf_counter() > stop:
             return 0.0  # building the LP alone outlasts its share: drop it
-        lp.ub({("e", u): 1.0, ("e", v): -1.0, **own_time(v)})
+        lp.ub({("e", u): 1.0, ("e", v): -1.0, **own_time[v]})
     count = {k: sum(d.type == k for d in platform.devices) for k in kinds}
     for k in kinds:  # a kind's devices are busy at most C each
-        work = {("x", t, k): v for t in graph.topological_order for key, v in own_time(t).items() if key[2] == k}
+        work = {key: v for t in graph.topological_order for key, v in own_time[t].items() if key[2] == k}
         lp.ub({**work, ("C",): -float(count[k])})
     # what the validator lets a device hold (its tolerance), so that no plan it accepts is cut off
     for k, capacity in kinds.items():

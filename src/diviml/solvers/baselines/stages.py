@@ -10,17 +10,21 @@ from ...errors import InfeasibleError
 from ...problem import Problem
 from ..engines.plans import Stopwatch, make_plan
 
-__all__ = ["stage_devices", "plan_of_stages", "fit_shares"]
+__all__ = ["by_server", "stage_devices", "plan_of_stages", "fit_shares"]
+
+
+def by_server(problem: Problem) -> list[str]:
+    """Every device, server by server in the order the platform first names them."""
+    servers = list(dict.fromkeys(d.server for d in problem.platform.devices))
+    return [d.name for d in sorted(problem.platform.devices, key=lambda d: servers.index(d.server))]
 
 
 def stage_devices(problem: Problem) -> list[str]:
-    """The devices stages go to: every accelerator that may run the model's tasks, server by server in the
-    platform's order; hosts only where the platform has no accelerator."""
-    platform = problem.platform
-    servers = list(dict.fromkeys(d.server for d in platform.devices))
-    ordered = sorted(platform.devices, key=lambda d: servers.index(d.server))
-    accelerators = [d.name for d in ordered if not d.is_host]
-    return accelerators or [d.name for d in ordered]
+    """The devices stages go to: every accelerator, server by server (:func:`by_server`); hosts only where the
+    platform has no accelerator."""
+    ordered = by_server(problem)
+    accelerators = [d for d in ordered if not problem.platform.by_name[d].is_host]
+    return accelerators or ordered
 
 
 def fit_shares(memory: list[float], capacity: list[float], shares: list[int]) -> list[int] | None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from ...errors import InfeasibleError
 from ...problem import Problem
-from ..engines.layers import layers_of
+from ..engines.layers import layer_memory, layers_of
 from ..engines.plans import Stopwatch
-from .stages import plan_of_stages, stage_devices
+from .stages import by_server, plan_of_stages, stage_devices
 
 NAME = "uniform"
 
@@ -30,11 +30,9 @@ def equal_shares(layers: int, stages: int) -> list[int]:
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
     watch = Stopwatch(time_limit)
     layers = layers_of(problem)
-    memory = [sum(problem.graph.by_id[t].memory_bytes for t in layer) for layer in layers]
+    memory = layer_memory(problem, layers)
     by_name = problem.platform.by_name
-    accelerators = stage_devices(problem)
-    servers = list(dict.fromkeys(d.server for d in problem.platform.devices))
-    everything = [d.name for d in sorted(problem.platform.devices, key=lambda d: servers.index(d.server))]
+    accelerators, everything = stage_devices(problem), by_server(problem)
     candidates = [accelerators] + ([everything] if everything != accelerators else [])
     notes: list[str] = []
     for devices in candidates:

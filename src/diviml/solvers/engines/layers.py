@@ -13,7 +13,7 @@ from collections import Counter
 
 from ...problem import Problem
 
-__all__ = ["layers_of"]
+__all__ = ["layers_of", "layer_memory"]
 
 _NUMBERED = re.compile(r"^(.*?)\.(\d+)(?:\.|$)")
 
@@ -54,3 +54,8 @@ def layers_of(problem: Problem) -> list[list[str]]:
     if pending:
         layers.append(pending)
     return layers
+
+
+def layer_memory(problem: Problem, layers: list[list[str]]) -> list[float]:
+    """Resident bytes of each layer (its tasks' memory)."""
+    return [sum(problem.graph.by_id[t].memory_bytes for t in layer) for layer in layers]

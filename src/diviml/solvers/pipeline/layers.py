@@ -16,7 +16,7 @@ from itertools import permutations
 
 from ...plan import Plan
 from ...problem import Problem
-from ..engines.layers import layers_of
+from ..engines.layers import layer_memory, layers_of
 from ..engines.plans import Stopwatch, make_plan
 
 __all__ = ["split_layers"]
@@ -63,7 +63,7 @@ class _LayerCosts:
     def __init__(self, problem: Problem, layers: list[list[str]]):
         graph, platform = problem.graph, problem.platform
         layer_of = {t: k for k, layer in enumerate(layers) for t in layer}
-        self.memory = [sum(graph.by_id[t].memory_bytes for t in layer) for layer in layers]
+        self.memory = layer_memory(problem, layers)
         self.capacity = {d.name: d.memory_bytes for d in platform.devices}
         self.time: list[dict[str, float]] = []
         self.hop: list[dict[str, float]] = []
