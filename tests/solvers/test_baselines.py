@@ -143,3 +143,35 @@ def test_uniform_refuses_what_no_set_of_devices_holds_in_equal_shares_where_memo
     with pytest.raises(diviml.InfeasibleError, match="equal shares"):
         diviml.solve(problem, "uniform")
     assert _layers_per_device(diviml.solve(problem, "memory-split")) == {"s0gpu0": 6, "s0gpu1": 2}
+
+
+def memory_bound_chain(seed: int) -> Problem:
+    """A chain of 200 tasks over 8 fast devices of little memory and one slow device that holds the rest: the
+    shape of a language model over GPUs and a CPU, where the best fill target falls between the grid's."""
+    import math
+    import random
+
+    from diviml import Device, Link, Platform, Task, TaskGraph
+    rng = random.Random(seed)
+    n = 200
+    tasks = [Task(id=f"t{i}", time={"fast": rng.uniform(1, 2), "slow": rng.uniform(3, 6)},
+                  output_bytes=rng.uniform(0, 1), memory_bytes=rng.uniform(1, 2)) for i in range(n)]
+    graph = TaskGraph.create(tasks, [(f"t{i}", f"t{i + 1}") for i in range(n - 1)])
+    link = Link(10.0, 0.0)
+    devices = tuple(Device(f"f{k}", "fast", rng.uniform(25, 45), "s", False, link) for k in range(8))
+    platform = Platform(devices + (Device("s0", "slow", math.inf, "s", False, link),), "gpus-and-a-host")
+    return Problem(graph, platform, Objective("pipeline", contiguous=True))
+
+
+def test_greedy_narrows_its_fill_target_between_the_grid_shares(monkeypatch):
+    from diviml.solvers.baselines import greedy
+    from diviml.solvers.engines.plans import Stopwatch
+    refined, grid = [], []
+    for seed in range(12):
+        problem = memory_bound_chain(seed)
+        refined.append(greedy.best_fill(problem, Stopwatch(10))[0])
+        with monkeypatch.context() as m:
+            m.setattr(greedy, "BISECTIONS", 0)
+            grid.append(greedy.best_fill(problem, Stopwatch(10))[0])
+    assert all(r <= g + 1e-9 for r, g in zip(refined, grid))
+    assert sum(r < g - 1e-9 for r, g in zip(refined, grid)) >= 2

@@ -193,3 +193,10 @@ def test_the_pipeline_ip_starts_from_the_layer_program_on_a_model_of_layers():
     assert diviml.solve(problem, "ip", time_limit=10).objective <= split_layers(problem, Stopwatch(10)).objective
     assert split_layers(Problem(layered_dag(20, seed=0), diviml.preset("paper-server"), Objective("pipeline")),
                         Stopwatch(10)) is None  # no numbered blocks: no layers to split
+
+
+def test_ip_keeps_its_warm_start_and_says_why_when_the_ip_cannot_be_built_in_the_time_left():
+    problem = diviml.Problem(layered_dag(1500, seed=0), diviml.preset("a100-ib-2x8"), diviml.Objective("pipeline"))
+    plan = diviml.solve(problem, "ip", time_limit=2.0)
+    assert validate(plan, problem).ok and plan.status in ("timeout", "feasible")
+    assert any("would take longer to build" in note and "--time-limit" in note for note in plan.notes)

@@ -6,7 +6,8 @@ values, objective and the engine's bound. ``engine="auto"`` takes Gurobi when ``
 licence accepts the model, else HiGHS. Hitting the free Gurobi licence's size limit is said in one line
 (:attr:`LinearResult.note`) and HiGHS solves instead.
 
-HiGHS is used through ``highspy`` 1.12 (pinned: highspy 1.15 fails to import beside ortools 9.15).
+HiGHS is used through ``highspy`` 1.12 (pinned: highspy 1.15 fails to import beside ortools 9.15), in a child
+process killed at the deadline for large models (:mod:`.highs`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ...errors import InputError
+from .highs import solve_highs
 
 ENGINES = ("auto", "highs", "gurobi")
 
@@ -96,76 +98,9 @@ def solve_linear(model: LinearModel, *, time_limit: float, seed: int = 0, hint: 
         note = result
         if engine == "gurobi" and note.startswith("gurobipy is not installed"):
             raise InputError(note)
-    out = _highs(model, time_limit - (time.perf_counter() - started), seed, hint, threads, rel_gap)
+    out = solve_highs(model, time_limit - (time.perf_counter() - started), seed, hint, threads, rel_gap)
     return LinearResult(out.status, out.values, out.objective, out.bound, out.engine,
                         note if engine == "gurobi" or "size" in note else "")
-
-
-# HiGHS's presolve does not look at the clock: on GPT-3's pipeline IP over six servers (400,000 variables,
-# 371,000 rows) it ran 123 s of a 45 s limit; without it the same solve stopped at 32 s of 30. The largest IPs
-# of the NeurIPS 2020 benchmarks stay far below this size and keep their presolve.
-NO_PRESOLVE_VARS = 100_000
-
-
-def _highs(model: LinearModel, time_limit, seed, hint, threads, rel_gap) -> LinearResult:
-    import highspy
-    import numpy as np
-
-    started = time.perf_counter()
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("random_seed", int(seed))
-    h.setOptionValue("mip_rel_gap", rel_gap)
-    if threads:
-        h.setOptionValue("threads", int(threads))
-    if model.num_vars > NO_PRESOLVE_VARS:
-        h.setOptionValue("presolve", "off")
-    inf = highspy.kHighsInf
-    lp = highspy.HighsLp()
-    n = model.num_vars
-    lp.num_col_ = n
-    lp.num_row_ = len(model.rows)
-    lp.col_cost_ = np.array(model.cost, dtype=float)
-    lp.col_lower_ = np.array([max(v, -inf) for v in model.lower], dtype=float)
-    lp.col_upper_ = np.array([min(v, inf) for v in model.upper], dtype=float)
-    lp.row_lower_ = np.array([max(r[2], -inf) for r in model.rows], dtype=float)
-    lp.row_upper_ = np.array([min(r[3], inf) for r in model.rows], dtype=float)
-    starts, index, value = [0], [], []
-    for idx, coef, _, _ in model.rows:
-        index.extend(idx)
-        value.extend(coef)
-        starts.append(len(index))
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.num_col_ = n
-    lp.a_matrix_.num_row_ = len(model.rows)
-    lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
-    lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
-    lp.a_matrix_.value_ = np.array(value, dtype=float)
-    lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
-                       for i in model.integer]
-    h.passModel(lp)
-    if hint is not None:
-        sol = highspy.HighsSolution()
-        sol.col_value = list(map(float, hint))
-        sol.value_valid = True
-        h.setSolution(sol)
-    # the limit counts from here: handing HiGHS a model of 400,000 columns takes seconds of it
-    h.setOptionValue("time_limit", float(max(time_limit - (time.perf_counter() - started), 0.01)))
-    with native_stdout_to_stderr():
-        h.run()
-    status = h.getModelStatus()
-    info = h.getInfo()
-    has_solution = info.primal_solution_status == 2
-    values = list(h.getSolution().col_value) if has_solution else None
-    objective = info.objective_function_value if has_solution else None
-    is_mip = any(model.integer)
-    if status == highspy.HighsModelStatus.kOptimal:
-        bound = info.mip_dual_bound if is_mip else objective
-        return LinearResult("optimal", values, objective, bound, "highs")
-    if status == highspy.HighsModelStatus.kInfeasible:
-        return LinearResult("infeasible", None, None, math.inf, "highs")
-    bound = info.mip_dual_bound if is_mip and math.isfinite(info.mip_dual_bound) else -math.inf
-    return LinearResult("timeout" if has_solution else "unknown", values, objective, bound, "highs")
 
 
 @functools.cache

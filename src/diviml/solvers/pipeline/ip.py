@@ -180,16 +180,22 @@ def _relabel(problem: Problem, placement: dict[str, str], symmetry: str) -> dict
     return relabel_by_score(placement, groups(problem), count.__getitem__ if symmetry == "tasks" else total.get)
 
 
-def warm_start(problem: Problem, watch: Stopwatch) -> Plan | None:
-    """The DP's contiguous optimum when it runs within a fifth of the time, else the better of the greedy
-    split and, for a model of layers, the best split of whole layers (:mod:`.layers`)."""
+def warm_start(problem: Problem, watch: Stopwatch, load_bound: float | None = None) -> Plan | None:
+    """The best of the DP's contiguous split (in a fifth of the time; optimal for its order of device
+    classes), the greedy fill and, for a model of layers, the best split of whole layers (:mod:`.layers`).
+    On GPT-3's pipeline over six servers the greedy fill's 1.75 s beat the DP's 1.99 s."""
     contiguous = replace(problem, objective=replace(problem.objective, contiguous=True))
+    candidates = [lambda: greedy.fill_plan(contiguous, Stopwatch(max(watch.left / 10, 0.5)), load_bound),
+                  lambda: split_layers(problem, Stopwatch(max(watch.left / 10, 0.5)), solver=NAME)]
     if not (problem.is_training and problem.objective.training == "gpipe"):
-        dp = best_of([lambda: pipeline_dp.solve(contiguous, time_limit=max(watch.left / 5, 0.5))])
-        if dp is not None:
-            return replace(dp, objective_kind="pipeline")
-    return best_of([lambda: greedy.solve(contiguous, time_limit=max(watch.left / 10, 0.5)),
-                    lambda: split_layers(problem, Stopwatch(max(watch.left / 10, 0.5)), solver=NAME)])
+        candidates.insert(0, lambda: pipeline_dp.solve(contiguous, time_limit=max(watch.left / 5, 0.5)))
+    start = best_of(candidates)
+    return replace(start, objective_kind="pipeline") if start is not None else None
+
+
+# building the IP and handing it to HiGHS, per column of the estimate below: 5.2 s + 1.5 s for GPT-3's 349,035
+# columns on six servers (estimated 412,542) on this 2-core machine; twice that, for a busy machine
+SECONDS_PER_COLUMN = 3e-5
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: str = "auto",
@@ -202,16 +208,21 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
     from ...bounds import lower_bound
     # first, while there is time: it is kept with the problem, and every plan below (the warm starts' too) reads it
     generic = lower_bound(problem, watch.left / 4)
-    start = warm_start(problem, watch)
+    start = warm_start(problem, watch, generic)
     scale = start.objective if start else generic
+    columns = 3 * len(contracted.members) * len(problem.platform.devices)  # x, and o/i per producer: at most
+    if start is not None and columns * SECONDS_PER_COLUMN > watch.left:
+        return make_plan(problem, placement=start.placement, solver=NAME, status="timeout", watch=watch, notes=[
+            f"kept the warm start ({start.solver}): the IP (about {columns:,} columns) would take longer to "
+            f"build and hand over than the {watch.left:.1f} s left; a longer --time-limit runs it"])
     m, maps = build(problem, contracted, symmetry, unit=1000.0 / scale if scale > 0 else 1.0)
     hint = hint_vector(m, maps, problem, contracted, start.placement, symmetry) if start else None
     if progress:
         progress(f"  ip: {m.num_vars} variables, {len(m.rows)} rows, warm start "
                  f"{start.objective:.6g} ({start.solver})" if start else "  ip: no warm start")
-    # kept back for HiGHS's overrun and reading the answer back: up to 9 s at 400,000 variables (GPT-3 on six
-    # servers: 35 s for a 30 s limit with 4 s kept back, in llm_servers.py beside nothing else)
-    reserve = 2.5e-5 * m.num_vars
+    # kept back for reading the answer back (HiGHS itself stops at its limit, :mod:`..engines.highs`): 1 s at
+    # 350,000 columns (GPT-3 on six servers)
+    reserve = 0.2 + 3e-6 * m.num_vars
     result = solve_linear(m, time_limit=max(watch.left - reserve, 0.1), seed=seed, hint=hint, engine=engine,
                           threads=workers)
     notes = [result.note] if result.note else []

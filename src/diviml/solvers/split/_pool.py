@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 from ...bounds import share_lower_bound
 from ...plan import Plan
 from ...problem import Problem
+from ..engines.highs import process_context
 from ..engines.plans import Stopwatch
 from ..search import baseline_plan
 from ._messages import Answer, Request
@@ -25,7 +25,7 @@ class Background:
     def __init__(self, problem: Problem, watch: Stopwatch, workers: int):
         self.problem, self.executor = problem, None
         if workers > 1:
-            self.executor = ProcessPoolExecutor(1, mp_context=pool_context(), initializer=init_worker,
+            self.executor = ProcessPoolExecutor(1, mp_context=process_context(), initializer=init_worker,
                                                 initargs=(problem,))
             self.future = self.executor.submit(baselines_and_bound, watch.left)
         else:
@@ -57,11 +57,6 @@ def stop(executor) -> None:
         process.join(timeout=1.0)
 
 
-def pool_context():
-    """Fork where the platform allows (workers start in milliseconds and inherit the problem)."""
-    return multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-
-
 class Pool:
     """Module solves in worker processes (forked where the platform allows), or in this one.
 
@@ -77,7 +72,7 @@ class Pool:
         self.workers = max(workers, 1)
         self.executor = None
         if workers > 1:
-            self.executor = ProcessPoolExecutor(workers, mp_context=pool_context(), initializer=init_worker,
+            self.executor = ProcessPoolExecutor(workers, mp_context=process_context(), initializer=init_worker,
                                                 initargs=(problem,))
         self.shapes: dict = {}  # (tasks, sizes) -> shape
         self.proven: dict = {}  # request key -> the module's optimum (tasks by position), reused by later requests
