@@ -111,3 +111,48 @@ def test_a_data_parallel_plan_is_drawn_by_sub_batch_with_no_transfers_between_it
     assert not [t for t in transfers if {t.src, t.dst} <= gpus]  # each part reads only its own rows
     by, colours = colouring(bars)
     assert by == "sub-batch" and len(colours) == len({a.batch for a in plan.assignments if a.task == "t0"})
+
+
+def cluster_problem():
+    """Two servers of a CPU and two GPUs, listed interleaved, running a chain that holds weights."""
+    devices = []
+    for g in range(2):
+        for s in ("s0", "s1"):
+            devices.append({"name": f"{s}gpu{g}", "type": "a100", "server": s, "memory": 40e9,
+                            "link": {"bandwidth": 25e9}})
+    devices += [{"name": f"{s}cpu", "type": "cpu", "server": s, "host": True} for s in ("s0", "s1")]
+    platform = diviml.Platform.from_dict({"devices": devices, "network": {"bandwidth": 12.5e9}})
+    tasks = [Task(f"t{i}", {"cpu": 2.0, "a100": 0.1}, memory_bytes=15e9, output_bytes=1e6) for i in range(8)]
+    graph = TaskGraph.create(tasks, [(f"t{i}", f"t{i + 1}") for i in range(7)])
+    return Problem(graph, platform, Objective("latency"))
+
+
+def test_a_clusters_devices_read_server_by_server_each_with_the_memory_the_plan_holds_on_it():
+    from diviml.reports.timeline import device_rows
+    problem = cluster_problem()
+    plan = diviml.solve(problem, "heft", time_limit=5)
+    rows = device_rows(plan, problem)
+    assert [r.server for r in rows] == ["s0"] * 3 + ["s1"] * 3
+    assert sum(r.held for r in rows) == pytest.approx(8 * 15e9)
+    held = {r.device: r for r in rows}
+    busiest = max((r for r in rows if r.capacity < float("inf")), key=lambda r: r.held)
+    assert busiest.memory == f"{busiest.held / 1e9:.3g} GB of 40 GB ({busiest.held / 40e9:.0%})"
+    assert held["s0cpu"].label == "s0cpu (cpu)"
+    drawn = Elements()
+    drawn.feed(drawn_markup(html_page(plan, problem)))
+    text = "".join(drawn.text)
+    assert "server s0" in text and "server s1" in text and busiest.memory in text
+    labels = [text.index(f"{r.label}") for r in rows]
+    assert labels == sorted(labels)  # rows drawn server by server
+
+
+def test_a_clusters_picture_renders_as_png_and_svg_with_its_servers_named(tmp_path):
+    from diviml.reports.gantt import render
+    problem = cluster_problem()
+    for objective in ("latency", "pipeline"):
+        p = Problem(problem.graph, problem.platform, Objective(objective))
+        plan = diviml.solve(p, "heft" if objective == "latency" else "greedy", time_limit=5)
+        assert render(plan, p, tmp_path / "plan.png")[:8] == b"\x89PNG\r\n\x1a\n"
+        svg = render(plan, p, tmp_path / "plan.svg")
+        svg = svg.decode() if isinstance(svg, bytes) else svg
+        assert "server s1" in svg and "GB of 40 GB" in svg

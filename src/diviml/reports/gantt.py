@@ -25,10 +25,12 @@ from .timeline import (
     SUMMARY,
     TRANSFER,
     Bar,
+    Row,
     Summary,
     bars_and_transfers,
     colour_key,
     colouring,
+    device_rows,
     summarised,
 )
 
@@ -113,21 +115,37 @@ def _matplotlib_bytes(plan: Plan, problem: Problem, fmt: str) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    devices = [d.name for d in problem.platform.devices]
+    rows = device_rows(plan, problem)
+    devices = [r.device for r in rows]
     legend_rows = LEGEND_MAX + 4 if plan.objective_kind != "pipeline" else 0
     fig, ax = plt.subplots(figsize=(12, max(1.0 + 0.6 * len(devices), 0.9 + 0.16 * legend_rows)))
     if plan.objective_kind == "pipeline":
         _draw_loads(ax, plan, problem, devices)
     else:
         _draw_timeline(ax, plan, problem, devices)
-    ax.set_yticks(range(len(devices)), devices)
-    ax.invert_yaxis()
+    _label_rows(ax, rows, any(t.memory_bytes > 0 for t in problem.graph.tasks))
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # the first device on top
     ax.set_title(_title(plan, problem), fontsize=9)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=120)
     plt.close(fig)
     return buf.getvalue()
+
+
+def _label_rows(ax, rows: list[Row], memory: bool) -> None:
+    """Each row named by its device and type (and, where the model holds weights, the memory it holds), the
+    servers of a cluster ruled off and named."""
+    ax.set_yticks(range(len(rows)), [f"{r.label}  {r.memory}" if memory else r.label for r in rows],
+                  fontsize=8 if len(rows) > 12 else 10)
+    if len({r.server for r in rows}) < 2:
+        return
+    for i, r in enumerate(rows):
+        if i == 0 or r.server != rows[i - 1].server:
+            if i:
+                ax.axhline(i - 0.5, color="#888888", linewidth=0.8, zorder=1)
+            ax.text(0.995, i - 0.45, f"server {r.server}", transform=ax.get_yaxis_transform(), ha="right",
+                    va="top", fontsize=7, color="#555555", zorder=5)
 
 
 def _draw_loads(ax, plan: Plan, problem: Problem, devices: list[str]) -> None:
@@ -143,7 +161,7 @@ def _draw_loads(ax, plan: Plan, problem: Problem, devices: list[str]) -> None:
             color="#f58518", label="transfers")
     ax.axvline(plan.objective, color="#d62728", linestyle="--", label="max load")
     ax.set_xlabel(f"load per sample ({plan.time_unit})")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 
 
 def _draw_timeline(ax, plan: Plan, problem: Problem, devices: list[str]) -> None:
@@ -204,7 +222,10 @@ def _legend(colours: dict, by: str, drawn: list, hidden_transfers: int) -> list:
 
 def html_page(plan: Plan, problem: Problem) -> str:
     """A self-contained page (inline SVG, CSS and JS): hover for details, toggle transfers, zoom."""
-    devices = [d.name for d in problem.platform.devices]
+    rows = device_rows(plan, problem)
+    devices = [r.device for r in rows]
+    memory = any(t.memory_bytes > 0 for t in problem.graph.tasks)
+    labels = [{"label": r.label, "server": r.server, "memory": r.memory if memory else ""} for r in rows]
     if plan.objective_kind == "pipeline":
         loads = pipeline_loads(problem, plan.placement)
         items = []
@@ -224,7 +245,7 @@ def html_page(plan: Plan, problem: Problem) -> str:
     rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_cell(v))}</td></tr>"
                    for k, v in summary.items())
     return _PAGE.replace("__TITLE__", html.escape(_title(plan, problem))).replace("__ROWS__", rows).replace(
-        "__DATA__", json.dumps({**data, "unit": plan.time_unit}).replace("<", "\\u003c"))  # no "</script>" or "<!--"
+        "__DATA__", json.dumps({**data, "rows": labels, "unit": plan.time_unit}).replace("<", "\\u003c"))  # no "</script>" or "<!--"
 
 
 _PAGE = """<!DOCTYPE html>
@@ -250,13 +271,19 @@ function esc(s){ return String(s).replace(/[&<>"']/g, c => ({'&':'&amp;','<':'&l
 const chart = document.getElementById('chart'), tip = document.getElementById('tip');
 function draw(){
   const zoom = +document.getElementById('zoom').value, showT = document.getElementById('showTransfers').checked;
-  const left = 90, rowH = 34, W = Math.max(900, chart.clientWidth - 20) * zoom, H = rowH * data.devices.length + 40;
+  const left = 170, rowH = 34, W = Math.max(900, chart.clientWidth - 20) * zoom, H = rowH * data.devices.length + 40;
   const row = Object.fromEntries(data.devices.map((d, i) => [d, i]));
   let end = data.objective || 1, parts = [];
   if (data.kind === 'pipeline') end = Math.max(end, ...Object.values(data.loads));
   const x = t => left + (W - left - 10) * t / end;
   parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}">`);
-  data.devices.forEach((d, i) => parts.push(`<text x="4" y="${i*rowH+22}" font-size="12">${esc(d)}</text>`));
+  data.rows.forEach((r, i) => {
+    parts.push(`<text x="4" y="${i*rowH+(r.memory ? 17 : 22)}" font-size="12">${esc(r.label)}</text>`);
+    if (r.memory) parts.push(`<text x="4" y="${i*rowH+30}" font-size="10" fill="#555">${esc(r.memory)}</text>`);
+    if (new Set(data.rows.map(q => q.server)).size > 1 && (i === 0 || r.server !== data.rows[i-1].server)) {
+      if (i) parts.push(`<line x1="0" x2="${W}" y1="${i*rowH+2}" y2="${i*rowH+2}" stroke="#888"/>`);
+      parts.push(`<text x="${W-6}" y="${i*rowH+13}" font-size="10" fill="#555" text-anchor="end">server ${esc(r.server)}</text>`);
+    } });
   if (data.kind === 'pipeline') {
     const acc = {};
     data.tasks.forEach(t => { const s = acc[t.device] || 0; acc[t.device] = s + t.value;

@@ -47,6 +47,49 @@ class Summary:
     critical: bool  # some of its bars are on the critical path
 
 
+@dataclass(frozen=True)
+class Row:
+    """A device's row in a picture: its server, and the bytes the plan keeps on it against its memory."""
+    device: str
+    type: str
+    server: str
+    held: float
+    capacity: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.device} ({self.type})"
+
+    @property
+    def memory(self) -> str:
+        """'31.4 GB of 40 GB (79%)', or '31.4 GB' where the memory is unbounded."""
+        if self.capacity == float("inf"):
+            return size(self.held)
+        share = self.held / self.capacity if self.capacity > 0 else 0.0
+        return f"{size(self.held)} of {size(self.capacity)} ({share:.0%})"
+
+
+def size(nbytes: float) -> str:
+    """Bytes in the unit that reads best: '512 B', '3.5 MB', '31.4 GB', '2 TB'."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.3g} B"
+
+
+def device_rows(plan: Plan, problem: Problem) -> list[Row]:
+    """The devices server by server (the platform's order within each) with what the plan holds on each: a
+    cluster's 26 GPUs and CPUs read under their servers, beside the memory that decided where layers went."""
+    platform, graph = problem.platform, problem.graph
+    held = {d.name: 0.0 for d in platform.devices}
+    for task, parts in plan.parts.items():
+        for device in {d for d, _ in parts}:
+            held[device] += graph.by_id[task].memory_bytes
+    servers = list(dict.fromkeys(d.server for d in platform.devices))
+    ordered = sorted(platform.devices, key=lambda d: servers.index(d.server))
+    return [Row(d.name, d.type, d.server, held[d.name], d.memory_bytes) for d in ordered]
+
+
 def summarised(bars: list[Bar], end: float, pixels: float) -> list[Bar | Summary]:
     """``bars`` for a drawing ``pixels`` wide over ``[0, end]``: a bar narrower than a pixel joins the
     neighbours on its device that are too (closer than a pixel apart) into one :class:`Summary`, outlined
