@@ -31,6 +31,16 @@ def two_device_platform(peer_bandwidth: float = 1.0) -> Platform:
                     "two", peer_links={frozenset(("P1", "P2")): Link(peer_bandwidth, 0.0)})
 
 
+def two_servers() -> Platform:
+    """Two identical servers, each a host CPU and two A100 on PCIe, joined by a network."""
+    devices = []
+    for s in ("s0", "s1"):
+        devices += [{"name": f"{s}cpu", "type": "cpu", "server": s, "host": True},
+                    {"name": f"{s}gpu", "type": "a100", "server": s, "count": 2, "memory": 40e9,
+                     "link": {"bandwidth": 16e9, "latency": 1e-5}}]
+    return Platform.from_dict({"devices": devices, "network": {"bandwidth": 12.5e9, "latency": 1e-5}})
+
+
 def graph(spec: dict[str, tuple[dict, float]], edges: list[tuple[str, str]], **task_extra) -> TaskGraph:
     """spec: id -> (times by device type, output bytes)."""
     tasks = [Task(id=t, time=times, output_bytes=out, **task_extra.get(t, {})) for t, (times, out) in spec.items()]

@@ -67,6 +67,41 @@ def test_identical_devices_are_grouped():
     assert p.identical_groups == (("g0", "g1", "g2"),)
 
 
+def servers_platform(peer_across: bool = False, other_memory: bool = False) -> Platform:
+    """Three servers of a host CPU and two GPUs joined by a peer link; the third's GPUs may hold less."""
+    devices, links = [], []
+    for s in ("s0", "s1", "s2"):
+        memory = 16e9 if other_memory and s == "s2" else 40e9
+        devices += [{"name": f"{s}cpu", "type": "cpu", "server": s, "host": True}]
+        devices += [{"name": f"{s}g{i}", "type": "gpu", "server": s, "memory": memory,
+                     "link": {"bandwidth": 16e9}} for i in range(2)]
+        links.append({"among": [f"{s}g0", f"{s}g1"], "bandwidth": 300e9})
+    if peer_across:
+        links.append({"between": ["s1g0", "s2g0"], "bandwidth": 50e9})
+    return Platform.from_dict({"devices": devices, "peer_links": links, "network": {"bandwidth": 12.5e9}})
+
+
+def test_identical_servers_are_grouped_device_by_device():
+    assert servers_platform().identical_servers == ((("s0cpu", "s0g0", "s0g1"), ("s1cpu", "s1g0", "s1g1"),
+                                                      ("s2cpu", "s2g0", "s2g1")),)
+    assert servers_platform(other_memory=True).identical_servers == ((("s0cpu", "s0g0", "s0g1"),
+                                                                      ("s1cpu", "s1g0", "s1g1")),)
+    assert servers_platform(peer_across=True).identical_servers == ()  # s0 alone is like no other
+    assert preset("h100-nvlink-8").identical_servers == ()  # one server
+    assert len(preset("a100-ib-2x8").identical_servers) == 1
+    assert sorted(len(g) for g in preset("six-servers").identical_servers) == [2, 2, 2]
+
+
+def test_swapping_identical_servers_changes_no_transfer():
+    from itertools import combinations
+    p = servers_platform(other_memory=True)
+    task = Task("a", {"gpu": 1, "cpu": 1}, output_bytes=1e8)
+    (first, second), = p.identical_servers
+    swap = dict(zip(first, second)) | dict(zip(second, first))
+    for a, b in combinations([d.name for d in p.devices], 2):
+        assert p.transfer_time(task, a, b) == pytest.approx(p.transfer_time(task, swap.get(a, a), swap.get(b, b)))
+
+
 @pytest.mark.parametrize("data, message", [
     ({"devices": []}, "no devices"),
     ({"devices": [{"name": "g", "type": "gpu"}]}, "neither a host CPU"),

@@ -25,6 +25,7 @@ from typing import Mapping
 
 import yaml
 
+from . import interchangeable
 from .catalogue import CATALOGUE, GPU_LAUNCH, DeviceSpec
 from .errors import InputError, in_file
 from .graph import Task, whole_number
@@ -80,33 +81,13 @@ class Platform:
 
     @cached_property
     def identical_groups(self) -> tuple[tuple[str, ...], ...]:
-        """Groups of interchangeable devices: declared ones, else derived (same type, memory, link, server)."""
-        if self.groups:
-            return self.groups
-        buckets: dict[tuple, list[str]] = {}
-        for d in self.devices:
-            buckets.setdefault((d.type, d.memory_bytes, d.server, d.is_host, d.link, d.threads), []).append(d.name)
-        return tuple(group for g in buckets.values() for group in self._peer_alike(g) if len(group) > 1)
+        """Groups of interchangeable devices: declared ones, else derived (:mod:`.interchangeable`)."""
+        return self.groups or interchangeable.identical_devices(self)
 
-    def _peer_alike(self, names: list[str]) -> list[tuple[str, ...]]:
-        """``names`` cut into classes whose members any swap of two leaves the peer links unchanged: a and b
-        alike when every third device has the same peer link (or none) to a as to b, and, where a class has
-        more than two members, the same link between any two of them (an NVLink switch: all alike)."""
-        classes: list[list[str]] = []
-        for n in names:
-            for c in classes:
-                inside = self.peer_links.get(frozenset(c[:2])) if len(c) > 1 else None
-                if self._swappable(c[0], n) and (len(c) == 1 or all(
-                        self.peer_links.get(frozenset((n, m))) == inside for m in c)):
-                    c.append(n)
-                    break
-            else:
-                classes.append([n])
-        return [tuple(c) for c in classes]
-
-    def _swappable(self, a: str, b: str) -> bool:
-        return all(self.peer_links.get(frozenset((a, x))) == self.peer_links.get(frozenset((b, x)))
-                   for x in self.by_name if x not in (a, b))
+    @cached_property
+    def identical_servers(self) -> tuple[tuple[tuple[str, ...], ...], ...]:
+        """Groups of interchangeable servers, each server its devices in order (:mod:`.interchangeable`)."""
+        return interchangeable.identical_servers(self)
 
     # -- transfers -------------------------------------------------------------------------------
     def hop_time(self, task: Task, device: Device, scale: float = 1.0) -> float:

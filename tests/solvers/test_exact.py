@@ -152,6 +152,23 @@ def test_symmetry_breaking_keeps_the_optimum(symmetry):
     assert milp.objective == pytest.approx(ref.objective, rel=1e-5)
 
 
+@pytest.mark.parametrize("symmetry", ["tasks", "busy"])
+def test_identical_servers_in_order_keep_the_optimum(symmetry):
+    from conftest import two_servers
+    platform = two_servers()
+    assert len(platform.identical_servers) == 1
+    p = Problem(layered_dag(14, seed=5, device_types=("cpu", "a100"), ccr=(0.01, 0.1)), platform)
+    ref = diviml.solve(p, "exact", time_limit=60, symmetry="none", decompose=False)
+    plan = diviml.solve(p, "exact", time_limit=60, symmetry=symmetry, decompose=False)
+    assert plan.status == ref.status == "optimal"
+    assert plan.objective == pytest.approx(ref.objective, rel=1e-5)
+    weight = {a.task: 1.0 if symmetry == "tasks" else p.time(a.task, a.device) for a in plan.assignments}
+    on = {s: sum(weight[a.task] for a in plan.assignments if a.device.startswith(s)) for s in ("s0", "s1")}
+    assert on["s0"] >= on["s1"] - 1e-6  # the first of identical servers at least as loaded
+    milp = diviml.solve(p, "milp", time_limit=60, symmetry=symmetry, engine="highs")
+    assert milp.objective == pytest.approx(ref.objective, rel=1e-5)
+
+
 def test_batch_plans_split_the_batch_and_beat_the_best_single_device():
     p = Problem(layered_dag(16, seed=2), diviml.preset("paper-server"), Objective("batch", batch_size=16))
     plan = diviml.solve(p, "exact", time_limit=8)

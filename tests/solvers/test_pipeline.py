@@ -200,3 +200,13 @@ def test_ip_keeps_its_warm_start_and_says_why_when_the_ip_cannot_be_built_in_the
     plan = diviml.solve(problem, "ip", time_limit=2.0)
     assert validate(plan, problem).ok and plan.status in ("timeout", "feasible")
     assert any("would take longer to build" in note and "--time-limit" in note for note in plan.notes)
+
+
+@pytest.mark.parametrize("symmetry", ["tasks", "busy"])
+def test_the_ip_with_identical_servers_in_order_keeps_the_optimum(symmetry):
+    from conftest import two_servers
+    problem = Problem(layered_dag(16, seed=4, device_types=("cpu", "a100")), two_servers(), Objective("pipeline"))
+    ref = diviml.solve(problem, "ip", time_limit=60, symmetry="none", engine="highs")
+    plan = diviml.solve(problem, "ip", time_limit=60, symmetry=symmetry, engine="highs")
+    assert ref.status == plan.status == "optimal" and validate(plan, problem).ok
+    assert plan.objective == pytest.approx(ref.objective, rel=1e-5)

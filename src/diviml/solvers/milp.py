@@ -21,7 +21,7 @@ from ..problem import Problem
 from .engines.jobs import JobGraph
 from .engines.linear import LinearModel, solve_linear
 from .engines.outcome import Outcome
-from .engines.symmetry import groups
+from .engines.symmetry import ordered_pairs
 from .search import exact_search, heft_hint
 
 NAME = "milp"
@@ -128,14 +128,14 @@ class _Formulation:
                 self.m.row([(self.x[k], sgn) for k, sgn in (((a, d), 1.0), ((b, d), -1.0)) if k in self.x], 0.0, 0.0)
 
     def symmetry(self, criterion: str) -> None:
-        """Identical devices in order of their jobs (``tasks``) or busy time (``busy``)."""
+        """Identical devices, and identical servers, in order of their jobs (``tasks``) or busy time (``busy``)."""
         jobs, x = self.jobs, self.x
-        for g in groups(jobs.problem):
-            for d1, d2 in zip(g, g[1:]):
-                def w(j, d):
-                    return 1.0 if criterion == "tasks" else self.duration(j, d)
-                self.m.row([(x[j, d1], w(j, d1)) for j in jobs.jobs if (j, d1) in x]
-                           + [(x[j, d2], -w(j, d2)) for j in jobs.jobs if (j, d2) in x], 0.0)
+
+        def w(j, d):
+            return 1.0 if criterion == "tasks" else self.duration(j, d)
+        for first, second in ordered_pairs(jobs.problem):
+            self.m.row([(x[j, d], w(j, d)) for d in first for j in jobs.jobs if (j, d) in x]
+                       + [(x[j, d], -w(j, d)) for d in second for j in jobs.jobs if (j, d) in x], 0.0)
 
 
 def hint_vector(m: LinearModel, maps, jobs: JobGraph, symmetry: str) -> list[float] | None:

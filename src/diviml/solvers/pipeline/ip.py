@@ -22,7 +22,7 @@ from ...problem import Problem
 from ..baselines import greedy
 from ..engines.linear import LinearModel, solve_linear
 from ..engines.plans import Stopwatch, best_of, make_plan
-from ..engines.symmetry import CRITERIA, groups, relabel_by_score
+from ..engines.symmetry import CRITERIA, groups, ordered_pairs, relabel_by_score, server_groups
 from . import dp as pipeline_dp
 from .common import Contracted
 from .layers import split_layers
@@ -127,16 +127,15 @@ def _contiguity(m: LinearModel, contracted: Contracted, devices: list[str], x: d
 
 def _symmetry(m: LinearModel, problem: Problem, contracted: Contracted, x: dict, load: dict, phases,
               symmetry: str) -> None:
-    """Identical devices in order of their classes (``tasks``) or their load (``busy``)."""
+    """Identical devices, and identical servers, in order of their classes (``tasks``) or load (``busy``)."""
     classes = range(contracted.num_classes)
-    for g in groups(problem):
-        for d1, d2 in zip(g, g[1:]):
-            if symmetry == "tasks":
-                m.row([(x[c, d1], 1.0) for c in classes if (c, d1) in x]
-                      + [(x[c, d2], -1.0) for c in classes if (c, d2) in x], 0.0)
-            else:
-                m.row([(v, w) for ph in phases for v, w in load[d1, ph]]
-                      + [(v, -w) for ph in phases for v, w in load[d2, ph]], 0.0)
+    for first, second in ordered_pairs(problem):
+        if symmetry == "tasks":
+            m.row([(x[c, d], 1.0) for d in first for c in classes if (c, d) in x]
+                  + [(x[c, d], -1.0) for d in second for c in classes if (c, d) in x], 0.0)
+        else:
+            m.row([(v, w) for d in first for ph in phases for v, w in load[d, ph]]
+                  + [(v, -w) for d in second for ph in phases for v, w in load[d, ph]], 0.0)
 
 
 def hint_vector(m: LinearModel, maps, problem: Problem, contracted: Contracted, placement: dict[str, str],
@@ -177,7 +176,8 @@ def _relabel(problem: Problem, placement: dict[str, str], symmetry: str) -> dict
         return placement
     total = pipeline_loads(problem, placement).total
     count = Counter(placement.values())
-    return relabel_by_score(placement, groups(problem), count.__getitem__ if symmetry == "tasks" else total.get)
+    return relabel_by_score(placement, groups(problem), count.__getitem__ if symmetry == "tasks" else total.get,
+                            server_groups(problem))
 
 
 def warm_start(problem: Problem, watch: Stopwatch, load_bound: float | None = None) -> Plan | None:
