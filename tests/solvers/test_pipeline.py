@@ -210,3 +210,33 @@ def test_the_ip_with_identical_servers_in_order_keeps_the_optimum(symmetry):
     plan = diviml.solve(problem, "ip", time_limit=60, symmetry=symmetry, engine="highs")
     assert ref.status == plan.status == "optimal" and validate(plan, problem).ok
     assert plan.objective == pytest.approx(ref.objective, rel=1e-5)
+
+
+def peer_linked_servers() -> diviml.Platform:
+    """Two servers of a host CPU and two GPUs joined by NVLink, the servers by a network."""
+    devices, links = [], []
+    for s in ("s0", "s1"):
+        devices += [{"name": f"{s}cpu", "type": "cpu", "server": s, "host": True},
+                    {"name": f"{s}gpu", "type": "gpu", "server": s, "count": 2, "link": {"bandwidth": 2.0}}]
+        links.append({"among": [f"{s}gpu0", f"{s}gpu1"], "bandwidth": 8.0})
+    return diviml.Platform.from_dict({"devices": devices, "peer_links": links, "network": {"bandwidth": 1.0}})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_ip_charges_peer_links_and_the_network_as_the_simulator_does_so_its_optimum_is_the_true_one(seed):
+    import random
+    from itertools import product as placements
+
+    from diviml import Task, TaskGraph
+    rng = random.Random(seed)
+    tasks = [Task(f"t{i}", {"cpu": rng.uniform(2, 6), "gpu": rng.uniform(0.5, 2)}, output_bytes=rng.uniform(0.5, 3))
+             for i in range(5)]
+    edges = sorted({(f"t{i}", f"t{j}") for i in range(5) for j in range(i + 1, 5) if rng.random() < 0.5}
+                   | {(f"t{i}", f"t{i + 1}") for i in range(4)})
+    problem = Problem(TaskGraph.create(tasks, edges), peer_linked_servers(), Objective("pipeline"))
+    names = [d.name for d in problem.platform.devices]
+    best = min(pipeline_loads(problem, dict(zip([t.id for t in tasks], combo))).objective
+               for combo in placements(names, repeat=len(tasks)))
+    plan = diviml.solve(problem, "ip", time_limit=60, engine="highs")
+    assert plan.status == "optimal" and plan.objective == pytest.approx(best, rel=1e-6)
+    assert plan.bound == pytest.approx(best, rel=1e-6)

@@ -3,10 +3,14 @@
 Over co-location classes (see :mod:`.common`) and devices:
 ``x[c,d]`` binary, one device per class; for every producer k (a task whose output reaches another class)
 and non-host device d, ``out[k,d] >= x[class(k),d] - x[c',d]`` and ``in[k,d] >= x[c',d] - x[class(k),d]``
-for each consuming class c' (its output leaves d once / enters d once); load of d = compute + hop cost x
-(out + in) <= T (GPipe: forward and backward loads against T_f and T_b, objective T_f + T_b); memory per
-device; contiguity when asked (per device: ``z >= x``, z propagates along forward edges, and no forward edge
-re-enters the set from a node outside it that the set reaches); symmetry breaking for identical devices.
+for each consuming class c' (its output leaves d once / enters d once), where a consumer or producer on a
+peer of d counts as on d; on a platform of several servers, ``net[k,d]`` (the output comes over the network
+into d, host CPUs too) and over each peer link ``peer[k,a,c]`` (charged on a and c), exactly as the simulator
+charges a placement (:func:`diviml.simulate.pipeline_loads`); load of d = compute + those costs <= T
+(GPipe: forward and backward loads against T_f and T_b, objective T_f + T_b); memory per device;
+contiguity when asked (per device: ``z >= x``, z propagates along forward edges, and no forward edge
+re-enters the set from a node outside it that the set reaches); symmetry breaking for identical devices and
+identical servers.
 Warm-started from the DP (contiguous optimum) or the greedy split; never returns anything worse.
 """
 
@@ -74,28 +78,48 @@ def _assignment(m: LinearModel, problem: Problem, contracted: Contracted, device
 
 
 def _communication(m: LinearModel, problem: Problem, contracted: Contracted, devices: list[str], x: dict,
-                   load: dict, phase_of, unit: float) -> dict:
-    """o/i[k, d]: producer k's output leaves / enters accelerator d (a consumer elsewhere / the producer
-    elsewhere), each hop on d's load in the producer's phase."""
+                   load: dict, phase_of, unit: float) -> list[tuple]:
+    """Indicators of producer k's output crossing devices, each on the loads the simulator charges it to
+    (:func:`diviml.simulate.pipeline_loads`), in the producer's phase: staged out of d through host memory (a
+    consumer on neither d nor a peer of d), staged into d (the producer on neither), over the network into d
+    (the producer on neither d's server nor a peer of d), and over a peer link a -> c (on a and on c).
+
+    Each is written ``v >= [producer in/out of P] + [a consumer in/out of C] - 1`` and returned as (v, k, P,
+    producer inside, C, consumer inside), from which :func:`hint_vector` sets it for a placement."""
     graph, platform = problem.graph, problem.platform
-    comm = {}
+    by_name = platform.by_name
+    peers = {d: {c for c in devices if frozenset((d, c)) in platform.peer_links} for d in devices}
+    server = {d: {c for c in devices if by_name[c].server == by_name[d].server} for d in devices}
+    network = platform.network if len({by_name[d].server for d in devices}) > 1 else None
+    out = []
     for k, (t, pc, consumers) in enumerate(contracted.producers):
+        task = graph.by_id[t]
+        charges = []  # (P, producer inside, C, consumer inside, [(device, cost)])
         for d in devices:
-            dev = platform.by_name[d]
-            cost = 0.0 if dev.is_host else platform.hop_time(graph.by_id[t], dev) * unit
-            if cost <= 0:
+            hop = 0.0 if by_name[d].is_host else platform.hop_time(task, by_name[d]) * unit
+            near = frozenset({d} | peers[d])
+            if hop > 0:
+                charges.append((frozenset({d}), True, near, False, [(d, hop)]))
+                charges.append((near, False, frozenset({d}), True, [(d, hop)]))
+            if network is not None:
+                charges.append((frozenset(server[d] | peers[d]), False, frozenset({d}), True,
+                                [(d, network.time(task.output_bytes) * unit)]))
+            for c in sorted(peers[d]):
+                cost = platform.peer_links[frozenset((d, c))].time(task.output_bytes) * unit
+                charges.append((frozenset({d}), True, frozenset({c}), True, [(d, cost), (c, cost)]))
+        for producer_set, p_in, consumer_set, c_in, costs in charges:
+            if all(cost <= 0 for _, cost in costs):
                 continue
-            o, i = m.var(0.0, 1.0), m.var(0.0, 1.0)
-            comm[k, d] = (o, i)
-            xp = x.get((pc, d))
+            v = m.var(0.0, 1.0)
             for c2 in consumers:
-                xc = x.get((c2, d))
-                m.row([(o, 1.0)] + ([(xp, -1.0)] if xp is not None else []) + ([(xc, 1.0)] if xc is not None else []),
-                      0.0)
-                m.row([(i, 1.0)] + ([(xc, -1.0)] if xc is not None else []) + ([(xp, 1.0)] if xp is not None else []),
-                      0.0)
-            load[d, phase_of(t)] += [(o, cost), (i, cost)]
-    return comm
+                terms, rhs = [(v, 1.0)], -1.0 + (not p_in) + (not c_in)
+                terms += [(x[pc, a], -1.0 if p_in else 1.0) for a in producer_set if (pc, a) in x]
+                terms += [(x[c2, b], -1.0 if c_in else 1.0) for b in consumer_set if (c2, b) in x]
+                m.row(terms, rhs)
+            for d, cost in costs:
+                load[d, phase_of(t)].append((v, cost))
+            out.append((v, k, producer_set, p_in, consumer_set, c_in))
+    return out
 
 
 def _memory(m: LinearModel, problem: Problem, contracted: Contracted, x: dict) -> None:
@@ -146,11 +170,10 @@ def hint_vector(m: LinearModel, maps, problem: Problem, contracted: Contracted, 
     v = [0.0] * m.num_vars
     for (c, d), i in maps["x"].items():
         v[i] = 1.0 if device_of_class[c] == d else 0.0
-    for (k, d), (o, i) in maps["comm"].items():
+    for var, k, producer_set, p_in, consumer_set, c_in in maps["comm"]:
         _, pc, consumers = contracted.producers[k]
-        on = device_of_class[pc] == d
-        v[o] = 1.0 if on and any(device_of_class[c] != d for c in consumers) else 0.0
-        v[i] = 1.0 if not on and any(device_of_class[c] == d for c in consumers) else 0.0
+        v[var] = 1.0 if (device_of_class[pc] in producer_set) == p_in and any(
+            (device_of_class[c] in consumer_set) == c_in for c in consumers) else 0.0
     loads = pipeline_loads(problem, placement)
     for ph, i in maps["T"].items():
         v[i] = maps["unit"] * (max(loads.forward.values()) if ph == "forward" else max(loads.backward.values())
@@ -193,9 +216,17 @@ def warm_start(problem: Problem, watch: Stopwatch, load_bound: float | None = No
     return replace(start, objective_kind="pipeline") if start is not None else None
 
 
-# building the IP and handing it to HiGHS, per column of the estimate below: 5.2 s + 1.5 s for GPT-3's 349,035
-# columns on six servers (estimated 412,542) on this 2-core machine; twice that, for a busy machine
+# building the IP and handing it to HiGHS, per column of the estimate (:func:`_columns`): 5.2 s + 1.5 s for
+# GPT-3's 349,035 columns on six servers (estimated 412,542) on this 2-core machine; twice that, for a busy one
 SECONDS_PER_COLUMN = 3e-5
+
+
+def _columns(problem: Problem, contracted: Contracted) -> int:
+    """At most the IP's columns: per class and device x, out and in (and net between servers), and two per
+    peer link."""
+    platform = problem.platform
+    per_device = 4 if len({d.server for d in platform.devices}) > 1 else 3
+    return len(contracted.members) * (per_device * len(platform.devices) + 2 * len(platform.peer_links))
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: str = "auto",
@@ -210,7 +241,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
     generic = lower_bound(problem, watch.left / 4)
     start = warm_start(problem, watch, generic)
     scale = start.objective if start else generic
-    columns = 3 * len(contracted.members) * len(problem.platform.devices)  # x, and o/i per producer: at most
+    columns = _columns(problem, contracted)
     if start is not None and columns * SECONDS_PER_COLUMN > watch.left:
         return make_plan(problem, placement=start.placement, solver=NAME, status="timeout", watch=watch, notes=[
             f"kept the warm start ({start.solver}): the IP (about {columns:,} columns) would take longer to "
