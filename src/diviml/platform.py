@@ -240,14 +240,16 @@ def _num(v) -> float:
     return _json_num(v)
 
 
-SPEC_FIELDS = ("peak_flops", "memory_bandwidth", "launch_overhead", "memory", "cores", "source")
+SPEC_FIELDS = ("peak_flops", "memory_bandwidth", "launch_overhead", "memory", "cores", "fp16_peak_flops",
+               "bf16_peak_flops", "source")
 
 
 def _device_spec(name: str, data, origin: str) -> DeviceSpec:
     """A device type a platform file describes (``device_types: {name: {...}}``), costed by the roofline:
     ``peak_flops`` (FLOP/s, dense FP32) and ``memory_bandwidth`` (bytes/s) required; ``launch_overhead``
     (s per operator, default the measured GPU launch), ``memory`` (bytes), ``cores`` (a CPU socket's cores;
-    default 1, a GPU) and ``source`` optional."""
+    default 1, a GPU), ``fp16_peak_flops`` / ``bf16_peak_flops`` (dense tensor-core FLOP/s) and ``source``
+    optional."""
     what = f"{origin}: device type {name!r}"
     if not isinstance(data, Mapping):
         raise InputError(f"{what} must be a mapping with peak_flops and memory_bandwidth")
@@ -262,13 +264,15 @@ def _device_spec(name: str, data, origin: str) -> DeviceSpec:
         bandwidth = _positive(_num(data["memory_bandwidth"]), f"{what}: memory_bandwidth")
         memory = _positive(_num(data["memory"]), f"{what}: memory") if "memory" in data else math.inf
         launch = _num(data.get("launch_overhead", GPU_LAUNCH))
+        half = {k: _positive(_num(data[k]), f"{what}: {k}") for k in ("fp16_peak_flops", "bf16_peak_flops")
+                if k in data}
     except (ValueError, OverflowError) as exc:
         raise InputError(f"{what}: {exc}") from None
     if not launch >= 0:
         raise InputError(f"{what}: launch_overhead must be at least 0 seconds, got {launch!r}")
     cores = whole_number(data.get("cores", 1), f"{what}: cores", 1, 4096)
     source = str(data.get("source", "given in the platform file, no source stated"))
-    return DeviceSpec(name, peak, bandwidth, memory, launch, {"platform file": source}, cores=cores)
+    return DeviceSpec(name, peak, bandwidth, memory, launch, {"platform file": source}, cores=cores, **half)
 
 
 def _spec_dict(spec: DeviceSpec) -> dict:
@@ -277,6 +281,9 @@ def _spec_dict(spec: DeviceSpec) -> dict:
            "source": spec.sources.get("platform file", "")}
     if math.isfinite(spec.memory_bytes):
         out["memory"] = spec.memory_bytes
+    for k in ("fp16_peak_flops", "bf16_peak_flops"):
+        if getattr(spec, k):
+            out[k] = getattr(spec, k)
     return out
 
 

@@ -77,3 +77,35 @@ def test_the_cli_profiles_a_phase_and_refuses_phases_of_models_that_have_none(tm
         out = _cli("profile", *bad, "--device", "none", "--out", str(tmp_path / "x.json"))
         assert out.returncode == 2 and says in out.stderr and len(out.stderr.strip().splitlines()) == 1
         assert not (tmp_path / "x.json").exists()
+
+
+WIDE = DecoderConfig(1, 4096, 32, 32, 11008, 1000, "llama", 4096, "one Llama-2-7B layer, for costs")
+
+
+@pytest.mark.parametrize("half", ["bf16", "fp16"])
+def test_a_half_precision_decoder_holds_half_the_bytes_and_its_products_run_at_tensor_core_rates(half):
+    from diviml.catalogue import spec
+
+    def graph(dtype):
+        return profile(lambda: decoder(WIDE, "prefill", sequence=2048, dtype=dtype), lambda b: (torch.zeros(b, 2048, dtype=torch.long),), name=dtype,
+                       measured_type=None, analytic_types=("a100", "v100"), repeats=1)
+    full, short = graph("fp32"), graph(half)
+    # the weights halve; the causal mask (bool) does not
+    assert sum(t.memory_bytes for t in short.tasks) == pytest.approx(sum(t.memory_bytes for t in full.tasks) / 2,
+                                                                    rel=0.01)
+    largest = max(full.tasks, key=lambda t: t.flops or 0)  # the MLP's up-projection: compute-bound on both
+    twin = next(t for t in short.tasks if t.id == largest.id)
+    assert twin.time["a100"] / largest.time["a100"] == pytest.approx(
+        spec("a100").peak_flops / spec("a100").peak("float16" if half == "fp16" else "bfloat16"), rel=0.05)
+    v100 = twin.time["v100"] / largest.time["v100"]  # tensor cores for FP16, none for BF16
+    assert v100 == pytest.approx(14 / 112, rel=0.05) if half == "fp16" else 0.9 < v100 <= 1.0
+
+
+def test_the_cli_profiles_a_language_model_in_bf16_and_refuses_dtypes_of_other_models(tmp_path):
+    import json
+    out = _cli("profile", "llama-tiny", "--dtype", "bf16", "--device", "none", "--out", str(tmp_path / "b.json"),
+               "--quiet")
+    assert out.returncode == 0
+    assert json.loads((tmp_path / "b.json").read_text())["name"].endswith("-bf16")
+    out = _cli("profile", "resnet18", "--dtype", "bf16", "--device", "none", "--out", str(tmp_path / "x.json"))
+    assert out.returncode == 2 and "language models" in out.stderr and not (tmp_path / "x.json").exists()

@@ -166,7 +166,7 @@ def cmd_profile(args) -> dict:
         raise InputError(f"--batch {args.batch!r}: give batch sizes like 1,8,32") from None
     if any(b < 1 for b in batches):
         raise InputError("batch sizes must be >= 1")
-    source = _phase_source(args, batches) if (args.phase or args.seq or args.context) else \
+    source = _phase_source(args, batches) if (args.phase or args.seq or args.context or args.dtype) else \
         model_source(args.model or args.model_option)
     if source.batch_fixed is not None and batches != [source.batch_fixed]:
         if args.batch != "1":
@@ -211,7 +211,8 @@ def cmd_profile(args) -> dict:
 
 
 def _phase_source(args, batches: list[int]):
-    """A language model in the serving phase the flags choose (--phase, --seq, --context)."""
+    """A language model in the serving phase and number type the flags choose (--phase, --seq, --context,
+    --dtype)."""
     from ..frontends import zoo
     from ..runtime._source import ModelSource
     phase = args.phase or ("decode" if args.context else "prefill")
@@ -220,8 +221,8 @@ def _phase_source(args, batches: list[int]):
                          "that fits --phase")
     if phase == "decode" and len(batches) > 1:
         raise InputError("a decoding step's KV cache is built for one batch size: give one --batch")
-    spec = zoo.llm_spec(args.model or args.model_option, phase, sequence=args.seq or zoo.PREFILL_TOKENS,
-                        context=args.context or 2048, batch=batches[0])
+    spec = zoo.llm_spec(args.model or args.model_option, phase, sequence=args.seq,
+                        context=args.context or 2048, batch=batches[0], dtype=args.dtype or "fp32")
     return ModelSource(spec.name, spec.build, spec.inputs)
 
 

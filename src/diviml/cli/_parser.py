@@ -148,6 +148,9 @@ def _add_profile(sub) -> None:
                          "prompt, or one decoding step over a KV cache for --batch requests")
     pr.add_argument("--seq", type=int, help="prefill: tokens in the prompt (default 2048)")
     pr.add_argument("--context", type=int, help="decode: tokens already in the KV cache (default 2048)")
+    pr.add_argument("--dtype", choices=("fp32", "fp16", "bf16"),
+                    help="a language model's number type (default fp32): weights, activations and KV cache; "
+                         "16-bit products run at the devices' tensor-core rates (catalogue)")
     pr.add_argument("--out", help="write the graph JSON")
     pr.add_argument("--quiet", action="store_true")
     pr.add_argument("--json", action="store_true")

@@ -55,9 +55,15 @@ DECODERS = {
 }
 
 
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
 def decoder(cfg: DecoderConfig, phase: str = "prefill", *, sequence: int = 2048, context: int = 2048,
-            batch: int = 1):
-    """The model of one phase (see the module docstring); ``batch`` sizes the decode phase's cache."""
+            batch: int = 1, dtype: str = "fp32"):
+    """The model of one phase (see the module docstring); ``batch`` sizes the decode phase's cache;
+    ``dtype`` (fp32, fp16, bf16) is its weights', activations' and cache's."""
+    if dtype not in DTYPES:
+        raise InputError(f"unknown dtype {dtype!r}: choose {', '.join(DTYPES)}")
     if phase not in PHASES:
         raise InputError(f"unknown phase {phase!r}: choose prefill or decode")
     if sequence < 1 or context < 1 or batch < 1:
@@ -65,7 +71,8 @@ def decoder(cfg: DecoderConfig, phase: str = "prefill", *, sequence: int = 2048,
     if phase == "prefill" and sequence > cfg.max_positions:
         raise InputError(f"a prompt of {sequence} tokens is longer than the model's {cfg.max_positions} positions")
     cache = (batch, cfg.kv_heads, context, cfg.hidden // cfg.heads) if phase == "decode" else None
-    return _decoder_class(cfg, _block_class(cfg, cache), cache)()
+    model = _decoder_class(cfg, _block_class(cfg, cache), cache)()
+    return model.to(getattr(import_torch(), DTYPES[dtype]))
 
 
 def _block_class(cfg: DecoderConfig, cache: tuple | None):

@@ -108,21 +108,30 @@ def _transformer_spec(name: str, cfg: TransformerConfig, causal: bool) -> ModelS
 PREFILL_TOKENS = 2048  # a zoo LLM's prompt unless the phase is chosen (diviml profile --phase/--seq/--context)
 
 
-def llm_spec(name: str, phase: str = "prefill", *, sequence: int = PREFILL_TOKENS, context: int = 2048,
-             batch: int | None = None) -> ModelSpec:
-    """The LLM ``name`` (:data:`.llm.DECODERS`) in one phase: a prefill of ``sequence`` tokens (any batch), or
-    a decoding step over a ``context``-token cache for ``batch`` requests (the cache fixes the batch)."""
-    from .llm import DECODERS, decoder, parameters
+def llm_spec(name: str, phase: str = "prefill", *, sequence: int | None = None, context: int = 2048,
+             batch: int | None = None, dtype: str = "fp32") -> ModelSpec:
+    """The LLM ``name`` (:data:`.llm.DECODERS`) in one phase: a prefill of ``sequence`` tokens (any batch;
+    default :data:`PREFILL_TOKENS`, or the model's positions where it has fewer), or a decoding step over a
+    ``context``-token cache for ``batch`` requests (the cache fixes the batch), its numbers in ``dtype``
+    (fp32, fp16, bf16)."""
+    from .llm import DECODERS, DTYPES, decoder, parameters
     if name not in DECODERS:
-        raise InputError(f"--phase applies to the language models {', '.join(DECODERS)}, not {name!r}")
+        raise InputError(f"--phase, --seq, --context and --dtype apply to the language models "
+                         f"{', '.join(DECODERS)}, not {name!r}")
+    if dtype not in DTYPES:
+        raise InputError(f"unknown --dtype {dtype!r}: choose {', '.join(DTYPES)}")
     cfg = DECODERS[name]
+    default = min(PREFILL_TOKENS, cfg.max_positions)
+    sequence = sequence or default
     if phase == "decode":
         fixed = batch or 1
         label = f"{name}-decode-c{context}-b{fixed}"
         summary = f"one decoding step of {fixed} request(s) over a {context}-token KV cache"
     else:
-        fixed, label, summary = None, name if sequence == PREFILL_TOKENS else f"{name}-prefill-s{sequence}", \
+        fixed, label, summary = None, name if sequence == default else f"{name}-prefill-s{sequence}", \
             f"prefill of {sequence} tokens"
+    if dtype != "fp32":
+        label, summary = f"{label}-{dtype}", f"{summary}, in {dtype.upper()}"
 
     def inputs(b: int):
         if fixed is not None and b != fixed:
@@ -134,7 +143,8 @@ def llm_spec(name: str, phase: str = "prefill", *, sequence: int = PREFILL_TOKEN
     return ModelSpec(label, f"{cfg.style.upper() if cfg.style == 'gpt' else 'Llama'}-style decoder, {cfg.layers} "
                      f"layers, hidden {cfg.hidden}, {cfg.heads} heads ({cfg.kv_heads} key/value), about "
                      f"{parameters(cfg) / 1e9:.3g}B parameters: {summary} ({cfg.source})",
-                     lambda: decoder(cfg, phase, sequence=sequence, context=context, batch=fixed or 1), inputs)
+                     lambda: decoder(cfg, phase, sequence=sequence, context=context, batch=fixed or 1, dtype=dtype),
+                     inputs)
 
 
 # -- randomly wired networks ------------------------------------------------------------------------------

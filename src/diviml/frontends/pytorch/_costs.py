@@ -25,6 +25,15 @@ class NodeRecord:
     times: list = field(default_factory=list)  # measured seconds
     alias: bool = False  # no kernel runs: a view of an input, a shape query, a check
     outputs: float | None = None  # elements of the output (how many cores a CPU spreads the operator over)
+    dtype: str | None = None  # "float16" or "bfloat16" where the output is: tensor-core rates apply (catalogue)
+
+
+def half_dtype(value) -> str | None:
+    """"float16" or "bfloat16" where ``value`` is a tensor of that type, else None."""
+    torch = import_torch()
+    if isinstance(value, torch.Tensor) and value.dtype in (torch.float16, torch.bfloat16):
+        return str(value.dtype).removeprefix("torch.")
+    return None
 
 
 def nbytes(value) -> float:
@@ -69,7 +78,7 @@ def analytic_time(device_type: str, record: "NodeRecord") -> float:
     """The catalogue's roofline time of an operator; zero for inputs and for views (no kernel runs)."""
     if record.kind == "input" or record.alias:
         return 0.0
-    return spec(device_type).roofline(record.flops, record.bytes_accessed, record.outputs)
+    return spec(device_type).roofline(record.flops, record.bytes_accessed, record.outputs, record.dtype)
 
 
 def task_times(record: "NodeRecord", measured_type: str | None, analytic_types: Sequence[str],

@@ -8,7 +8,7 @@ from typing import Callable
 
 from .._torch import import_torch
 from ._capture import Captured, task_of_nodes
-from ._costs import NodeRecord, count_flops, is_view, nbytes, numel, stored_bytes
+from ._costs import NodeRecord, count_flops, half_dtype, is_view, nbytes, numel, stored_bytes
 
 
 class _Clock:
@@ -166,4 +166,5 @@ class _Session:
         kind = str(getattr(node.target, "__name__", node.target)).split(".")[0]
         return NodeRecord(node.name, kind, producers, reads,
                           count_flops(node.target, args, result, module), in_bytes + nbytes(result),
-                          stored_bytes(result), alias=is_view(kind, flat, result), outputs=numel(result))
+                          stored_bytes(result), alias=is_view(kind, flat, result), outputs=numel(result),
+                          dtype=half_dtype(result))
