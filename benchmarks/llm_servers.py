@@ -1,8 +1,8 @@
 """Benchmark: a large language model over several heterogeneous servers (issue 26).
 
 GPT-3 175B and Llama 2 70B (``frontends/llm.py``: prefills of 2,048 tokens at batch 1, and GPT-3's decoding
-step for 32 requests over a 2,048-token KV cache; FP32, costed by the roofline on meta tensors: nothing
-allocated) on the cluster presets ``six-servers``, ``a100-ib-2x8``
+step for 32 requests over a 2,048-token KV cache; FP32, and GPT-3's prefill in BF16 too; costed by the
+roofline on meta tensors: nothing allocated) on the cluster presets ``six-servers``, ``a100-ib-2x8``
 and ``h100-nvlink-8``; objectives prefill latency and pipelined throughput (max-load: the slowest stage's
 time, whose inverse is requests per second). For each: the default solver, HEFT (latency) and the two
 baselines people use, the Megatron/DeepSpeed uniform split (equal layers per accelerator) and the
@@ -34,9 +34,11 @@ SOLVERS = {"latency": ("auto", "heft", "uniform", "memory-split"),
            "pipeline": ("auto", "uniform", "memory-split")}
 
 
-# (model, phase, batch, context): prefills of 2,048 tokens and one decoding step of 32 requests
-WORKLOADS = {"gpt3-175b": ("gpt3-175b", "prefill", 1, None), "llama2-70b": ("llama2-70b", "prefill", 1, None),
-             "gpt3-175b-decode": ("gpt3-175b", "decode", 32, 2048)}
+# (model, phase, batch, context, dtype): prefills of 2,048 tokens and one decoding step of 32 requests
+WORKLOADS = {"gpt3-175b": ("gpt3-175b", "prefill", 1, None, "fp32"),
+             "gpt3-175b-bf16": ("gpt3-175b", "prefill", 1, None, "bf16"),
+             "llama2-70b": ("llama2-70b", "prefill", 1, None, "fp32"),
+             "gpt3-175b-decode": ("gpt3-175b", "decode", 32, 2048, "fp32")}
 
 
 def model_graph(workload: str) -> TaskGraph:
@@ -44,8 +46,8 @@ def model_graph(workload: str) -> TaskGraph:
     from diviml.catalogue import CATALOGUE
     from diviml.frontends import zoo
     from diviml.frontends.pytorch import profile
-    name, phase, batch, context = WORKLOADS[workload]
-    spec = zoo.llm_spec(name, phase, context=context or 2048, batch=batch)
+    name, phase, batch, context, dtype = WORKLOADS[workload]
+    spec = zoo.llm_spec(name, phase, context=context or 2048, batch=batch, dtype=dtype)
     path = CACHE / f"{spec.name}-llm.json"
     if path.exists():
         return TaskGraph.from_dict(json.loads(path.read_text()))
@@ -134,10 +136,11 @@ def main() -> None:
                 print("\n".join(table({key: results[key]})[2:]), flush=True)
     lines = ["# Language models over several servers", "",
              f"Command: `python benchmarks/llm_servers.py --limit {args.limit:g}` on the 2-core development "
-             f"machine; {'; '.join(sizes)} (FP32, analytic costs). Value: the phase's latency (latency) or the "
+             f"machine; {'; '.join(sizes)} (analytic costs; FP32 but the -bf16 workload). Value: the phase's latency (latency) or the "
              "slowest stage's time (pipeline), seconds. Gap: to the best bound of the row group. vs uniform: the "
              "uniform split's value over this plan's (above 1: better). Memory: the fullest device's and "
-             "server's share of what they hold.", ""] + table(results)
+             "server's share of what they hold. Symmetry between identical servers, on and off: "
+             "results/server_symmetry.md.", ""] + table(results)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT}")
