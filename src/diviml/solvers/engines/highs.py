@@ -88,6 +88,10 @@ def _run(model: LinearModel, deadline: float, seed, hint, threads, rel_gap,
     from .linear import LinearResult, native_stdout_to_stderr
     h = _highs(model, seed, threads, rel_gap)
     if hint is not None:
+        # with presolve on, HiGHS 1.12 can cut off the optimum when it maps a given solution between the
+        # presolved and the original model (as in ERGO-Code/HiGHS#2439): a 24-task pipeline IP warm-started
+        # so was "optimal" at 0.0089713, its true optimum 0.0089459; with presolve off it proves the latter
+        h.setOptionValue("presolve", "off")
         sol = highspy.HighsSolution()
         sol.col_value = list(map(float, hint))
         sol.value_valid = True
