@@ -2,8 +2,8 @@
 
 Exact (CP-SAT, one model: no decomposition) and the MILP (HiGHS) schedule layered DAGs for latency on
 platforms of identical servers (each a host CPU and accelerators); the pipeline IP splits them for throughput.
-Each problem is solved three ways at the same limit: no symmetry breaking, identical devices ordered (the
-default before), identical devices and identical servers ordered (the default now). Reported: the time to a
+Each problem is solved three ways at the same limit: no symmetry breaking (``--symmetry none``), identical
+devices ordered (``tasks``, the default), identical devices and identical servers ordered (``tasks+servers``). Reported: the time to a
 proven optimum (or the limit), status and value. Prints a table and writes it to
 benchmarks/results/server_symmetry.md.
 
@@ -19,11 +19,10 @@ from pathlib import Path
 
 import diviml
 from diviml.generators import layered_dag
-from diviml.solvers.engines import symmetry as symmetry_module
 from diviml.validate import validate
 
 OUT = Path(__file__).parent / "results" / "server_symmetry.md"
-WAYS = (("none", "none", False), ("devices", "tasks", False), ("devices + servers", "tasks", True))
+WAYS = (("none", "none"), ("devices", "tasks"), ("devices + servers", "tasks+servers"))
 
 
 def servers(count: int, gpus: int) -> diviml.Platform:
@@ -38,8 +37,7 @@ def servers(count: int, gpus: int) -> diviml.Platform:
 
 
 def solve(problem, solver: str, way: tuple, limit: float) -> tuple[float, object]:
-    name, criterion, with_servers = way
-    symmetry_module.SERVERS = with_servers
+    name, criterion = way
     options = {"symmetry": criterion}
     if solver == "exact":
         options["decompose"] = False
@@ -76,7 +74,6 @@ def main(argv=None) -> int:
                            + " | ".join(f"{s:.1f}, {p.status} ({p.objective:.5g})" for s, p in runs) + f" | {agree} |")
                     print(row, flush=True)
                     lines.append(row)
-    symmetry_module.SERVERS = True
     text = ("# Symmetry breaking between identical servers\n\n"
             f"Command: `python benchmarks/server_symmetry.py --limit {args.limit:g} --sizes "
             f"{' '.join(map(str, args.sizes))} --seeds {' '.join(map(str, args.seeds))}` on the 2-core development "

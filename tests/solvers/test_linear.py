@@ -63,7 +63,6 @@ def test_a_warm_started_solve_proves_the_same_optimum_as_a_cold_one():
 
     import diviml
     from diviml.generators import layered_dag
-    from diviml.solvers.engines import symmetry
     from diviml.solvers.engines.plans import Stopwatch
     from diviml.solvers.pipeline import ip
     from diviml.solvers.pipeline.common import Contracted
@@ -71,13 +70,9 @@ def test_a_warm_started_solve_proves_the_same_optimum_as_a_cold_one():
     problem = diviml.Problem(layered_dag(24, seed=0, device_types=("cpu", "a100"), ccr=(0.05, 0.5)), platform,
                              diviml.Objective("pipeline"))
     contracted = Contracted(problem)
-    saved, symmetry.SERVERS = symmetry.SERVERS, False
-    try:
-        model, maps = ip.build(problem, contracted, "tasks", unit=1e5)
-        start = ip.warm_start(problem, Stopwatch(20), diviml.bounds.lower_bound(problem))
-        hint = ip.hint_vector(model, maps, problem, contracted, start.placement, "tasks")
-    finally:
-        symmetry.SERVERS = saved
+    model, maps = ip.build(problem, contracted, "tasks", unit=1e5)
+    start = ip.warm_start(problem, Stopwatch(20), diviml.bounds.lower_bound(problem))
+    hint = ip.hint_vector(model, maps, problem, contracted, start.placement, "tasks")
     warm = solve_linear(model, time_limit=120, engine="highs", hint=hint)
     cold = solve_linear(model, time_limit=120, engine="highs")
     assert warm.status == cold.status == "optimal"

@@ -202,7 +202,7 @@ def test_ip_keeps_its_warm_start_and_says_why_when_the_ip_cannot_be_built_in_the
     assert any("would take longer to build" in note and "--time-limit" in note for note in plan.notes)
 
 
-@pytest.mark.parametrize("symmetry", ["tasks", "busy"])
+@pytest.mark.parametrize("symmetry", ["tasks+servers", "busy+servers"])
 def test_the_ip_with_identical_servers_in_order_keeps_the_optimum(symmetry):
     from conftest import two_servers
     problem = Problem(layered_dag(16, seed=4, device_types=("cpu", "a100")), two_servers(), Objective("pipeline"))

@@ -57,7 +57,8 @@ class Option:
 OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("workers", int, "parallel workers: CP-SAT threads (exact, call-exact), module-solve processes "
                            "(split, exact by pieces), MILP threads (milp, ip); default: the CPU count"),
-    Option("symmetry", str, "symmetry breaking between identical devices", ("tasks", "busy", "none")),
+    Option("symmetry", str, "symmetry breaking between identical devices (with +servers: and identical servers)",
+           ("tasks", "busy", "none", "tasks+servers", "busy+servers")),
     Option("engine", str, "MILP engine (HiGHS, or Gurobi when licensed)", ("auto", "highs", "gurobi")),
     Option("module_size", int, "most tasks per module; a group between two series points of up to twice this "
                                "stays one module"),

@@ -21,7 +21,7 @@ from ..problem import Problem
 from .engines.jobs import JobGraph
 from .engines.linear import LinearModel, solve_linear
 from .engines.outcome import Outcome
-from .engines.symmetry import ordered_pairs
+from .engines.symmetry import base, ordered_pairs
 from .search import exact_search, heft_hint
 
 NAME = "milp"
@@ -132,8 +132,8 @@ class _Formulation:
         jobs, x = self.jobs, self.x
 
         def w(j, d):
-            return 1.0 if criterion == "tasks" else self.duration(j, d)
-        for first, second in ordered_pairs(jobs.problem):
+            return 1.0 if base(criterion) == "tasks" else self.duration(j, d)
+        for first, second in ordered_pairs(jobs.problem, criterion):
             self.m.row([(x[j, d], w(j, d)) for d in first for j in jobs.jobs if (j, d) in x]
                        + [(x[j, d], -w(j, d)) for d in second for j in jobs.jobs if (j, d) in x], 0.0)
 

@@ -25,7 +25,7 @@ from ortools.sat.python import cp_model
 from ...graph import longest_paths
 from .jobs import JobGraph
 from .outcome import Outcome
-from .symmetry import ordered_pairs
+from .symmetry import base, ordered_pairs
 
 # CP-SAT's deterministic time (a count of its work) per second of one core of the reference machine (the
 # 2-core development machine): its median over MILP-SPLIT's module solves (one worker, no presolve) was
@@ -223,11 +223,9 @@ def _colocation(m, jobs: JobGraph, x) -> None:
 
 
 def _symmetry(m, jobs: JobGraph, x, criterion: str, ticks) -> None:
-    if criterion == "none":
-        return
     def weight(j, d):
-        return 1 if criterion == "tasks" else ticks(jobs.duration(j, d))
-    for first, second in ordered_pairs(jobs.problem):  # identical devices, then identical servers
+        return 1 if base(criterion) == "tasks" else ticks(jobs.duration(j, d))
+    for first, second in ordered_pairs(jobs.problem, criterion):  # identical devices (and servers)
         lhs = sum(weight(j, d) * x[j, d] for d in first for j in jobs.jobs if (j, d) in x)
         rhs = sum(weight(j, d) * x[j, d] for d in second for j in jobs.jobs if (j, d) in x)
         m.add(lhs >= rhs)

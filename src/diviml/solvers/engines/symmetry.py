@@ -2,8 +2,8 @@
 servers (the same devices position by position, peer links alike).
 
 Interchangeable devices multiply equivalent solutions. We order them by a criterion, each device in a
-group at least as loaded as the next: ``tasks`` (number of jobs), ``busy`` (busy time), or ``none``; and
-identical servers likewise, each server's devices together at least as loaded as the next server's. Both
+group at least as loaded as the next: ``tasks`` (number of jobs), ``busy`` (busy time), or ``none``; and, with
+``tasks+servers`` or ``busy+servers``, identical servers likewise, each server's devices together at least as loaded as the next server's. Both
 orders hold at once: swap whole servers into order first, then devices inside each server (which leaves the
 servers' totals as they were). Any plan can be relabelled so (identical devices and servers are
 interchangeable), so no optimum is lost; :func:`relabel` does that to a hint before it is given to a solver.
@@ -13,8 +13,15 @@ from __future__ import annotations
 
 from typing import Callable, Hashable, Iterable, Mapping
 
-CRITERIA = ("tasks", "busy", "none")
-SERVERS = True  # order identical servers too (benchmarks/server_symmetry.py turns it off to measure it)
+CRITERIA = ("tasks", "busy", "none", "tasks+servers", "busy+servers")
+# identical servers are ordered only on request ("+servers"): on layered DAGs over two and three servers
+# (benchmarks/results/server_symmetry.md) the order made no CP-SAT solve faster and the MILP's and pipeline
+# IP's HiGHS solves slower (3 of 24 solves past a 30 s limit that the unordered ones met)
+
+
+def base(criterion: str) -> str:
+    """The per-device criterion of ``criterion``: "tasks", "busy" or "none"."""
+    return criterion.split("+")[0]
 
 
 def groups(problem) -> tuple[tuple[str, ...], ...]:
@@ -22,17 +29,20 @@ def groups(problem) -> tuple[tuple[str, ...], ...]:
     return problem.platform.identical_groups
 
 
-def server_groups(problem) -> tuple[tuple[tuple[str, ...], ...], ...]:
-    """Groups of interchangeable servers (:attr:`diviml.platform.Platform.identical_servers`)."""
-    return problem.platform.identical_servers if SERVERS else ()
+def server_groups(problem, criterion: str) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """Groups of interchangeable servers (:attr:`diviml.platform.Platform.identical_servers`) where
+    ``criterion`` orders them ("...+servers"), else none."""
+    return problem.platform.identical_servers if criterion.endswith("+servers") else ()
 
 
-def ordered_pairs(problem) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+def ordered_pairs(problem, criterion: str) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     """(A, B): the devices of A together at least as loaded as those of B, as the symmetry order asks: each
-    identical device against the next, each identical server (all its devices) against the next. The one list
-    every model's symmetry constraints are written from."""
+    identical device against the next, and with "+servers" each identical server (all its devices) against
+    the next. The one list every model's symmetry constraints are written from."""
+    if base(criterion) == "none":
+        return []
     pairs = [((a,), (b,)) for g in groups(problem) for a, b in zip(g, g[1:])]
-    return pairs + [(a, b) for g in server_groups(problem) for a, b in zip(g, g[1:])]
+    return pairs + [(a, b) for g in server_groups(problem, criterion) for a, b in zip(g, g[1:])]
 
 
 def relabel_by_score(device_of: Mapping[Hashable, str], groups: Iterable[tuple[str, ...]],
@@ -67,9 +77,10 @@ def relabel(device_of: Mapping[Hashable, str], problem, criterion: str,
             weight: Callable[[Hashable, str], float]) -> dict[Hashable, str]:
     """Permute devices inside each group so that the criterion (jobs, or their ``weight``) is non-increasing
     along the group."""
-    if criterion == "none":
+    if base(criterion) == "none":
         return dict(device_of)
     score: dict[str, float] = {}
     for j, d in device_of.items():
-        score[d] = score.get(d, 0.0) + (1.0 if criterion == "tasks" else weight(j, d))
-    return relabel_by_score(device_of, groups(problem), lambda d: score.get(d, 0.0), server_groups(problem))
+        score[d] = score.get(d, 0.0) + (1.0 if base(criterion) == "tasks" else weight(j, d))
+    return relabel_by_score(device_of, groups(problem), lambda d: score.get(d, 0.0),
+                            server_groups(problem, criterion))

@@ -26,7 +26,7 @@ from ...problem import Problem
 from ..baselines import greedy
 from ..engines.linear import LinearModel, solve_linear
 from ..engines.plans import Stopwatch, best_of, make_plan
-from ..engines.symmetry import CRITERIA, groups, ordered_pairs, relabel_by_score, server_groups
+from ..engines.symmetry import CRITERIA, base, groups, ordered_pairs, relabel_by_score, server_groups
 from . import dp as pipeline_dp
 from .common import Contracted
 from .layers import split_layers
@@ -153,8 +153,8 @@ def _symmetry(m: LinearModel, problem: Problem, contracted: Contracted, x: dict,
               symmetry: str) -> None:
     """Identical devices, and identical servers, in order of their classes (``tasks``) or load (``busy``)."""
     classes = range(contracted.num_classes)
-    for first, second in ordered_pairs(problem):
-        if symmetry == "tasks":
+    for first, second in ordered_pairs(problem, symmetry):
+        if base(symmetry) == "tasks":
             m.row([(x[c, d], 1.0) for d in first for c in classes if (c, d) in x]
                   + [(x[c, d], -1.0) for d in second for c in classes if (c, d) in x], 0.0)
         else:
@@ -195,12 +195,13 @@ def hint_vector(m: LinearModel, maps, problem: Problem, contracted: Contracted, 
 def _relabel(problem: Problem, placement: dict[str, str], symmetry: str) -> dict[str, str]:
     """Permute identical devices so the hint satisfies the symmetry order (tasks, or busy time)."""
     from ...simulate import pipeline_loads
-    if symmetry == "none":
+    if base(symmetry) == "none":
         return placement
     total = pipeline_loads(problem, placement).total
     count = Counter(placement.values())
-    return relabel_by_score(placement, groups(problem), count.__getitem__ if symmetry == "tasks" else total.get,
-                            server_groups(problem))
+    return relabel_by_score(placement, groups(problem),
+                            count.__getitem__ if base(symmetry) == "tasks" else total.get,
+                            server_groups(problem, symmetry))
 
 
 def warm_start(problem: Problem, watch: Stopwatch, load_bound: float | None = None) -> Plan | None:
