@@ -21,7 +21,7 @@ from ..graph import TaskGraph
 from ..plan import Plan
 from ..platform import Platform
 from ..problem import Objective, Problem
-from .engines.layers import layers_of
+from .engines.layers import layers_of, runs_from_choices
 from .engines.plans import Stopwatch, make_plan
 
 __all__ = ["server_layer_plan"]
@@ -154,23 +154,16 @@ class _Costs:
                         if any(layer_of[v] > k for v in graph.successors[t])) for k, layer in enumerate(layers)]
         self.time = [[s.layer_time if common[k] else sum(problem.time(t, self.fastest[j]) for t in layer)
                       for k, layer in enumerate(layers)] for j, s in enumerate(servers)]
-        self.assigned = [self._assign(s) for s in range(len(servers))]
-        self.bytes: list[list[dict[str, float]]] = []  # per server, per layer: bytes on each device
-        for j in range(len(servers)):
-            rows = []
-            for k, layer in enumerate(layers):
-                held: dict[str, float] = {}
-                for p, t in enumerate(layer):
-                    device = self.device_of(j, k, p)
-                    held[device] = held.get(device, 0.0) + graph.by_id[t].memory_bytes
-                rows.append(held)
-            self.bytes.append(rows)
+        assigned = [self._assign(s) for s in range(len(servers))]
+        self.assigned = [[devices for devices, _ in rows] for rows in assigned]
+        self.bytes = [[held for _, held in rows] for rows in assigned]  # per server, per layer: bytes per device
         self.capacity = self._capacities()
 
-    def _assign(self, s: int) -> list[tuple[str, ...]]:
-        """Each layer's device per task on stage ``s``: its schedule (a layer of another shape: the fastest
-        device), its identical devices shifted, layer by layer in order, so that the fullest device stays as
-        empty as it can: the weights spread evenly, and the device holding the embedding takes fewer layers."""
+    def _assign(self, s: int) -> list[tuple[tuple[str, ...], dict[str, float]]]:
+        """Each layer's device per task on stage ``s`` and the bytes it puts on each device: its schedule (a
+        layer of another shape: the fastest device), its identical devices shifted, layer by layer in order,
+        so that the fullest device stays as empty as it can: the weights spread evenly, and the device holding
+        the embedding takes fewer layers."""
         server, graph = self.servers[s], self.problem.graph
         held = dict.fromkeys(server.devices, 0.0)
         shifts = range(max((len(g) for g in server.groups), default=1))
@@ -190,21 +183,20 @@ class _Costs:
             assert best is not None
             for d, b in best[2].items():
                 held[d] += b
-            out.append(best[1])
+            out.append((best[1], best[2]))
         return out
 
     def _capacities(self) -> list[dict[str, float]]:
         """What each stage may hold on each of its devices: a host CPU's memory is the host stage's but for
         what its server's layer schedule could put on it were every layer there."""
-        platform, graph = self.problem.platform, self.problem.graph
+        platform = self.problem.platform
         reserved: dict[str, float] = {}
         for s, server in enumerate(self.servers):
             if len(server.devices) > 1:
-                for k, layer in enumerate(self.layers):
-                    for p, t in enumerate(layer):
-                        device = self.device_of(s, k, p)
+                for held in self.bytes[s]:
+                    for device, b in held.items():
                         if platform.by_name[device].is_host:
-                            reserved[device] = reserved.get(device, 0.0) + graph.by_id[t].memory_bytes
+                            reserved[device] = reserved.get(device, 0.0) + b
         out = []
         for server in self.servers:
             host_stage = len(server.devices) == 1 and platform.by_name[server.devices[0]].is_host
@@ -238,15 +230,7 @@ class _Costs:
                         now[j], took[j] = value, i
             best = now
             choice.append(took)
-        if not math.isfinite(best[n]):
-            return None
-        runs: dict[int, tuple[int, int]] = {}
-        j = n
-        for s, took in zip(reversed(order), reversed(choice)):
-            if took[j] < j:
-                runs[s] = (took[j], j)
-            j = took[j]
-        return dict(reversed(list(runs.items())))
+        return runs_from_choices(order, choice) if math.isfinite(best[n]) else None
 
     def placement(self, runs: dict[int, tuple[int, int]]) -> dict[str, str]:
         allowed = self.problem.allowed_devices

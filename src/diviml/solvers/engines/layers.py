@@ -13,7 +13,7 @@ from collections import Counter
 
 from ...problem import Problem
 
-__all__ = ["layers_of", "layer_memory"]
+__all__ = ["layers_of", "layer_memory", "runs_from_choices"]
 
 _NUMBERED = re.compile(r"^(.*?)\.(\d+)(?:\.|$)")
 
@@ -59,3 +59,20 @@ def layers_of(problem: Problem) -> list[list[str]]:
 def layer_memory(problem: Problem, layers: list[list[str]]) -> list[float]:
     """Resident bytes of each layer (its tasks' memory)."""
     return [sum(problem.graph.by_id[t].memory_bytes for t in layer) for layer in layers]
+
+
+def runs_from_choices(order: list, choice: list[list[int]]) -> dict:
+    """The runs a layer program chose, read back from its table: ``choice[k][j]`` is where the run of the
+    ``k``-th stage of ``order`` starts when layers 0..j-1 are placed on the first k+1 stages. Returns stage ->
+    (first layer, one past the last), in ``order``, stages given no layer left out.
+
+    >>> runs_from_choices(["a", "b", "c"], [[0, 0, 0], [0, 1, 1], [0, 1, 2]])
+    {'a': (0, 1), 'b': (1, 2)}
+    """
+    runs = {}
+    j = len(choice[-1]) - 1
+    for stage, took in zip(reversed(order), reversed(choice)):
+        if took[j] < j:
+            runs[stage] = (took[j], j)
+        j = took[j]
+    return dict(reversed(list(runs.items())))

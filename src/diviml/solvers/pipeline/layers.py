@@ -16,7 +16,7 @@ from itertools import permutations
 
 from ...plan import Plan
 from ...problem import Problem
-from ..engines.layers import layer_memory, layers_of
+from ..engines.layers import layer_memory, layers_of, runs_from_choices
 from ..engines.plans import Stopwatch, make_plan
 
 __all__ = ["split_layers"]
@@ -107,13 +107,4 @@ def _runs(costs: _LayerCosts, order: list[str], total: bool = False) -> dict[str
                     now[j], took[j] = value, i
         best = now
         choice.append(took)
-    if not math.isfinite(best[n]):
-        return None
-    runs: dict[str, tuple[int, int]] = {}
-    j = n
-    for device, took in zip(reversed(order), reversed(choice)):
-        i = took[j]
-        if i < j:
-            runs[device] = (i, j)
-        j = i
-    return dict(reversed(list(runs.items())))
+    return runs_from_choices(order, choice) if math.isfinite(best[n]) else None
