@@ -128,7 +128,7 @@ def best_fill(problem: Problem, watch: Stopwatch, base: float | None = None):
         return best[:3] if best else None
     k = best[3]
     # on GPT-3's pipeline over six servers: 1.849 s at 1.15 x the LP's load, 12.8 s at 1.1 (memory left
-    # the last device the rest); the bisection between them finds 1.75
+    # the last device the rest); the bisection between them finds 1.783
     lo = max((f for (kk, f), v in tried.items() if kk == k and f < best[1] and v > best[0]), default=None)
     hi = best[1]
     if lo is None:
