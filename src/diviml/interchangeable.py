@@ -13,14 +13,28 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .platform import Device, Platform
 
-__all__ = ["identical_devices", "identical_servers"]
+__all__ = ["device_kind", "identical_devices", "identical_servers", "server_kind"]
+
+
+def device_kind(d: Device) -> tuple:
+    """What two interchangeable devices share: type, memory, host flag, host link and threads."""
+    return d.type, d.memory_bytes, d.is_host, d.link, d.threads
+
+
+def server_kind(platform: Platform, devices: list[Device] | tuple[Device, ...]) -> tuple:
+    """What two interchangeable servers share: their devices' kinds position by position and the peer links
+    among them (by position)."""
+    index = {d.name: i for i, d in enumerate(devices)}
+    links = sorted(((tuple(sorted(index[n] for n in pair)), link) for pair, link in platform.peer_links.items()
+                    if pair <= index.keys()), key=lambda e: e[0])
+    return tuple(device_kind(d) for d in devices), tuple(links)
 
 
 def identical_devices(platform: Platform) -> tuple[tuple[str, ...], ...]:
-    """Groups of interchangeable devices (same type, memory, server, host flag, link, threads; peer links alike)."""
+    """Groups of interchangeable devices (same kind and server; peer links alike)."""
     buckets: dict[tuple, list[str]] = {}
     for d in platform.devices:
-        buckets.setdefault((d.type, d.memory_bytes, d.server, d.is_host, d.link, d.threads), []).append(d.name)
+        buckets.setdefault((device_kind(d), d.server), []).append(d.name)
     return tuple(group for g in buckets.values() for group in _peer_alike(platform, g) if len(group) > 1)
 
 
@@ -31,17 +45,12 @@ def identical_servers(platform: Platform) -> tuple[tuple[tuple[str, ...], ...], 
     for d in platform.devices:
         on.setdefault(d.server, []).append(d)
     by_name = platform.by_name
-    servers_of = {pair: {by_name[n].server for n in pair} for pair in platform.peer_links}
-    crossing = {s for servers in servers_of.values() if len(servers) > 1 for s in servers}
+    crossing = {by_name[n].server for pair in platform.peer_links for n in pair
+                if len({by_name[m].server for m in pair}) > 1}
     buckets: dict[tuple, list[tuple[str, ...]]] = {}
     for name, devices in on.items():
-        if name in crossing or len(on) < 2:
-            continue
-        index = {d.name: i for i, d in enumerate(devices)}
-        links = sorted(((tuple(sorted(index[n] for n in pair)), link) for pair, link in platform.peer_links.items()
-                        if servers_of[pair] == {name}), key=lambda e: e[0])
-        key = (tuple((d.type, d.memory_bytes, d.is_host, d.link, d.threads) for d in devices), tuple(links))
-        buckets.setdefault(key, []).append(tuple(d.name for d in devices))
+        if name not in crossing and len(on) > 1:
+            buckets.setdefault(server_kind(platform, devices), []).append(tuple(d.name for d in devices))
     return tuple(tuple(g) for g in buckets.values() if len(g) > 1)
 
 

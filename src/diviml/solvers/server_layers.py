@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..graph import TaskGraph
+from ..interchangeable import server_kind
 from ..plan import Plan
 from ..platform import Platform
 from ..problem import Objective, Problem
@@ -96,27 +97,22 @@ def _servers(problem: Problem, layer: list[str], watch: Stopwatch) -> list[_Serv
     from . import exact  # a solver: imported when used (exact's baselines include this module's plan)
     platform = problem.platform
     names = list(dict.fromkeys(d.server for d in platform.devices))
-    def kind_of(devices) -> tuple:
-        return tuple((d.type, d.memory_bytes, d.is_host, d.link, d.threads) for d in devices)
     on = {name: tuple(d for d in platform.devices if d.server == name) for name in names}
-    kinds = len({kind_of(devices) for devices in on.values()})
+    kinds = len({server_kind(platform, devices) for devices in on.values()})
     solved: dict[tuple, tuple[tuple[int, ...], float]] = {}
     out = []
     for name in names:
         devices = on[name]
-        kind = kind_of(devices)
+        kind = server_kind(platform, devices)
+        index = {d.name: i for i, d in enumerate(devices)}
         if kind not in solved:
             sub = _one_layer(problem, layer, devices)
             plan = exact.solve(sub, time_limit=max(watch.left / (kinds - len(solved)), 0.5))
-            index = {d.name: i for i, d in enumerate(devices)}
             device_of = {a.task: a.device for a in plan.assignments}
             solved[kind] = (tuple(index[device_of[t]] for t in layer), plan.objective)
         pattern, makespan = solved[kind]
-        groups: dict[tuple, list[int]] = {}
-        for i, d in enumerate(devices):
-            groups.setdefault((d.type, d.memory_bytes, d.is_host, d.link, d.threads), []).append(i)
-        out.append(_Server(tuple(d.name for d in devices), tuple(tuple(g) for g in groups.values()), pattern,
-                           makespan))
+        groups = tuple(tuple(index[d] for d in g) for g in platform.identical_groups if g[0] in index)
+        out.append(_Server(tuple(d.name for d in devices), groups, pattern, makespan))
     for d in platform.devices:  # a host CPU takes whole layers too: where the accelerators' memory runs out
         if d.is_host and all(d.name in problem.allowed_devices[t] for t in layer):
             out.append(_Server((d.name,), (), (0,) * len(layer), sum(problem.time(t, d.name) for t in layer)))
