@@ -24,14 +24,11 @@ from diviml.generators import layered_dag
 
 OUT = Path(__file__).parent / "results" / "scale.md"
 SOLVERS = ("heft", "split", "exact", "dp")
-# the CLI as a child that reports its peak resident set (its own or its largest worker's) as it exits
-PEAK = """import resource, runpy, sys
-sys.argv = sys.argv[1:]
-try:
-    runpy.run_module("diviml", run_name="__main__")
-finally:
-    kib = max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    print("peak-kib", kib, file=sys.stderr)
+# the CLI in a child of a child that reports the CLI's peak resident set (its own or its largest worker's)
+PEAK = """import resource, subprocess, sys
+status = subprocess.call([sys.executable, "-m", "diviml", *sys.argv[1:]])
+print("peak-kib", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)
+sys.exit(status)
 """
 
 

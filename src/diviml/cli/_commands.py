@@ -54,23 +54,36 @@ def _progress(message: str) -> None:
     sys.stderr.flush()
 
 
-STARTED = time.monotonic()  # the command's time limit counts from here: start-up and loading are in it
+def _process_start() -> float:
+    """When this process started, on the :func:`time.monotonic` clock (Linux: from /proc, so the interpreter's
+    start and the imports, 0.9 s before this module ran, count too); elsewhere, now."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time after boot, clock ticks
+        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.monotonic() - since_boot if 0.0 <= since_boot < 600.0 else time.monotonic()
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.monotonic()
+
+
+PROCESS_STARTED = _process_start()  # run as the program, a command's time limit counts from here
 MIN_SOLVER_SHARE = 0.1  # however long loading took, the solver gets this share of the limit
 # seconds per task to write what a run asked for (measured on 50,000 tasks: the plan's JSON 0.3 s, a Gantt
 # page or PNG 2.5 s), kept out of the solver's share so the command ends within its limit
 WRITE_S_PER_TASK = {"json": 6e-6, "picture": 5e-5}
 
 
-def solver_share(limit: float, tasks: int, *, json_outputs: int = 0, pictures: int = 0) -> float:
-    """Seconds of the command's ``limit`` left for the solver: less what start-up and loading took and what
+def solver_share(limit: float, tasks: int, started: float, *, json_outputs: int = 0, pictures: int = 0) -> float:
+    """Seconds of the command's ``limit`` left for the solver: less what start-up and loading took since
+    ``started`` (:func:`time.monotonic`; the process's start when run as the program) and what
     writing ``json_outputs`` files and drawing ``pictures`` of a ``tasks``-task plan will take; at least
     :data:`MIN_SOLVER_SHARE` of it.
 
-    >>> 0.1 * 30 <= solver_share(30.0, 50_000, json_outputs=1, pictures=1) < 30.0 - 2.5
+    >>> 0.1 * 30 <= solver_share(30.0, 50_000, time.monotonic(), json_outputs=1, pictures=1) < 30.0 - 2.5
     True
     """
     writing = tasks * (json_outputs * WRITE_S_PER_TASK["json"] + pictures * WRITE_S_PER_TASK["picture"])
-    return max(MIN_SOLVER_SHARE * limit, limit - (time.monotonic() - STARTED) - writing)
+    return max(MIN_SOLVER_SHARE * limit, limit - (time.monotonic() - started) - writing)
 
 
 def cmd_schedule(args) -> dict:
@@ -101,10 +114,10 @@ def cmd_schedule(args) -> dict:
                   + f", time limit {args.time_limit:g} s")
     if not args.quiet:
         options["progress"] = _progress
-    share = solver_share(args.time_limit, len(problem.graph), json_outputs=bool(args.out) + bool(args.split_out),
+    share = solver_share(args.time_limit, len(problem.graph), args.started, json_outputs=bool(args.out) + bool(args.split_out),
                          pictures=len(args.gantt or []))
     if not args.quiet and share < args.time_limit - 0.5:
-        _progress(f"  the solver has {share:.3g} s of the {args.time_limit:g} s: {time.monotonic() - STARTED:.3g} s went "
+        _progress(f"  the solver has {share:.3g} s of the {args.time_limit:g} s: {time.monotonic() - args.started:.3g} s went "
                   "to start-up and loading, the rest is kept for writing")
     plan = solvers.solve(problem, args.solver, time_limit=share, seed=args.seed, **options)
     # everything is rendered before anything is written: a failure leaves no partial set of outputs
