@@ -24,13 +24,14 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Hashable, Iterable, Mapping
+from typing import Callable, Hashable, Iterable, Mapping, TypeVar
 
 import networkx as nx
 
 from .errors import InputError
 
 SCHEMA = "diviml.graph/1"
+Node = TypeVar("Node", bound=Hashable)  # what longest_paths walks: task ids, jobs, units
 
 
 @dataclass(frozen=True)
@@ -238,9 +239,9 @@ class TaskGraph:
         return TaskGraph.from_dict(read_json(path))
 
 
-def longest_paths(order: Iterable[Hashable], predecessors: Callable[[Hashable], Iterable[Hashable]],
-                  cost: Callable[[Hashable], float], *, edge: Callable[[Hashable, Hashable], float] | None = None,
-                  release: Callable[[Hashable], float] | None = None) -> dict:
+def longest_paths(order: Iterable[Node], predecessors: Callable[[Node], Iterable[Node]],
+                  cost: Callable[[Node], float], *, edge: Callable[[Node, Node], float] | None = None,
+                  release: Callable[[Node], float] | None = None) -> dict[Node, float]:
     """The length of the longest path ending at each node, its own ``cost`` included: ``cost(v)`` after the
     latest of ``release(v)`` (default 0) and each predecessor's length plus ``edge(u, v)`` (default 0). Nodes
     come in ``order``, a topological order of ``predecessors``; pass the reversed order and the successors for
@@ -249,7 +250,7 @@ def longest_paths(order: Iterable[Hashable], predecessors: Callable[[Hashable], 
     >>> longest_paths("abc", {"a": "", "b": "a", "c": "ab"}.get, {"a": 1, "b": 2, "c": 3}.get)
     {'a': 1, 'b': 3, 'c': 6}
     """
-    length: dict = {}
+    length: dict[Node, float] = {}
     for v in order:
         ready = release(v) if release else 0.0
         for u in predecessors(v):

@@ -1,0 +1,85 @@
+"""Lower bounds on the optimum, independent of any solver.
+
+- critical path: every task on its fastest allowed device, transfers free;
+- work / capacity: the LP relaxation of the assignment (fractional tasks, per-device load <= T, memory),
+  solved with HiGHS through scipy. Co-location groups are contracted into one item first;
+- path-work: an LP that couples the two (a path's tasks on a device also load it);
+- memory path: a path's time where memory keeps its tasks off their fastest devices (an LP over the devices'
+  memory).
+The bound of a problem is the largest; a plan says which in ``bound_source``. Each bound lives in the module
+of its kind (``_simple``, ``_latency``) and is named here.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+from ..problem import Problem
+from ._latency import memory_path_bound, path_work_bound, path_work_seconds
+from ._simple import critical_path_bound, spread_bound, work_bound
+
+__all__ = ["BOUND_SOURCES", "critical_path_bound", "lower_bound", "lower_bound_source",
+           "memory_path_bound", "path_work_bound", "path_work_seconds", "serial_upper_bound", "share_lower_bound",
+           "spread_bound", "work_bound"]
+
+# what proved a plan's bound (Plan.bound_source): the bounds here, and the solvers' own
+CRITICAL_PATH = "critical path"
+WORK_LP = "work LP"
+PATH_WORK_LP = "path-work LP"
+MEMORY_PATH_LP = "memory path LP"
+CP_SAT = "CP-SAT"  # exact and call-exact: the model's proven bound
+MILP = "MILP"  # milp: the MILP's dual bound
+MODULE_DP = "module DP"  # split and exact by pieces: the join's dynamic program over the modules' bounds
+IP = "IP"  # the pipeline IP's dual bound
+EXACT_DP = "DP (exact)"  # the pipeline DP's contiguous optimum
+BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, CP_SAT, MILP, MODULE_DP, IP, EXACT_DP)
+
+
+def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
+    """The best of the bounds above, computed once per problem: every plan a solver makes asks for it
+    (:func:`lower_bound_source` names the one that gave it).
+
+    The LPs share ``time_limit`` seconds (None: no limit); one that does not finish in its share is
+    dropped, never waited on (on 20,000 tasks the coupled LP alone ran for minutes). (Problems are
+    immutable; the value is kept where the problem keeps its cached properties.)"""
+    memo = problem.__dict__
+    if "lower_bound" not in memo:
+        start = perf_counter()
+        left = (lambda: None) if time_limit is None else (lambda: time_limit - (perf_counter() - start))
+        found = {CRITICAL_PATH: critical_path_bound(problem)}
+        found[WORK_LP] = work_bound(problem, left())
+        found[MEMORY_PATH_LP] = memory_path_bound(problem, left())
+        found[PATH_WORK_LP] = path_work_bound(problem, left())
+        source = max(found, key=found.__getitem__)  # on a tie the cheaper one, listed first
+        memo["lower_bound"], memo["lower_bound_source"] = found[source], source
+    return memo["lower_bound"]
+
+
+def lower_bound_source(problem: Problem) -> str:
+    """Which bound :func:`lower_bound` took for ``problem`` ("" before it was computed)."""
+    return problem.__dict__.get("lower_bound_source", "")
+
+
+def share_lower_bound(problem: Problem, value: float, source: str = "") -> None:
+    """Record :func:`lower_bound` of ``problem`` computed elsewhere (in another process, on a copy of it), so
+    that it is not computed again here."""
+    if "lower_bound" not in problem.__dict__:
+        problem.__dict__["lower_bound"], problem.__dict__["lower_bound_source"] = value, source
+
+
+def serial_upper_bound(problem: Problem) -> float:
+    """A makespan every feasible plan can reach: tasks one after another, each at its slowest, paying its worst
+    transfer (call-latency: its output hopped in and out of host memory). The one serial bound of diviml:
+    where no baseline plan is at hand, it scales the exact models' time."""
+    graph, platform = problem.graph, problem.platform
+    if problem.objective.kind == "call-latency":
+        hops = [d for d in platform.devices if not d.is_host]
+        return sum(max((problem.time(t.id, d) for d in problem.allowed_devices[t.id]), default=0.0)
+                   + 2 * max((platform.hop_time(t, d) for d in hops), default=0.0) for t in graph.tasks)
+    n = problem.batch_size
+    total = 0.0
+    for t in graph.tasks:
+        total += max(problem.time(t.id, d, n) for d in problem.allowed_devices[t.id])
+        total += max((platform.transfer_time(t, a.name, b.name, n / graph.batch_size)
+                      for a in platform.devices for b in platform.devices), default=0.0)
+    return total

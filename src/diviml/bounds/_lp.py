@@ -1,0 +1,88 @@
+"""The LP plumbing the bounds share: sparse rows by name, HiGHS through scipy, the scale and time limit."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import csr_matrix
+
+from ..problem import Problem
+
+
+class _Sparse:
+    """Coefficients collected as (row, column, value) triples; repeated entries add up."""
+
+    def __init__(self):
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+
+    def add(self, row: int, col: int, value: float) -> None:
+        self.rows.append(row)
+        self.cols.append(col)
+        self.vals.append(value)
+
+    def matrix(self, n_rows: int, n_cols: int) -> csr_matrix:
+        return csr_matrix((self.vals, (self.rows, self.cols)), shape=(n_rows, n_cols))
+
+
+def _unit(costs: dict[str, dict[str, float]]) -> float:
+    """Scale that brings the total of the fastest times to 1000, away from the LP solver's tolerances."""
+    total = sum(min(row.values()) for row in costs.values() if row)
+    return 1000.0 / total if total > 0 else 1.0
+
+
+def _items(problem: Problem) -> list[tuple[str, ...]]:
+    """Tasks with co-location groups contracted (one item per group)."""
+    grouped = {m for members in problem.colocation_groups.values() for m in members}
+    items = [members for members in problem.colocation_groups.values()]
+    items += [(t.id,) for t in problem.graph.tasks if t.id not in grouped]
+    return items
+
+
+class _KeyedLP:
+    """An LP built by named columns (``col``), rows ``sum a x <= rhs`` (``ub``, rhs 0 unless given) and ``sum a x = 1`` (``eq``)
+    given as {column key: coefficient}, all columns >= 0, solved by HiGHS (:func:`scipy.optimize.linprog`)."""
+
+    def __init__(self):
+        self.index: dict = {}
+        self.rows_ub: list[dict] = []
+        self.rhs_ub: list[float] = []
+        self.rows_eq: list[dict] = []
+
+    def col(self, key) -> int:
+        self.index[key] = len(self.index)
+        return self.index[key]
+
+    def has(self, key) -> bool:
+        return key in self.index
+
+    def ub(self, row: dict, rhs: float = 0.0) -> None:
+        self.rows_ub.append({self.index[k]: v for k, v in row.items()})
+        self.rhs_ub.append(rhs)
+
+    def eq(self, row: dict) -> None:
+        self.rows_eq.append({self.index[k]: v for k, v in row.items()})
+
+    def minimise(self, key, time_limit: float | None) -> float | None:
+        """The least value of column ``key``, or None when HiGHS did not prove it (limit, failure)."""
+        n = len(self.index)
+        a_ub, a_eq = _Sparse(), _Sparse()
+        for i, r in enumerate(self.rows_ub):
+            for j, v in r.items():
+                a_ub.add(i, j, v)
+        for i, r in enumerate(self.rows_eq):
+            for j, v in r.items():
+                a_eq.add(i, j, v)
+        c = np.zeros(n)
+        c[self.index[key]] = 1.0
+        res = linprog(c, A_ub=a_ub.matrix(len(self.rows_ub), n), b_ub=np.array(self.rhs_ub, dtype=float),
+                      A_eq=a_eq.matrix(len(self.rows_eq), n), b_eq=np.ones(len(self.rows_eq)),
+                      bounds=[(0, None)] * n, method="highs", options=_limit(time_limit))
+        return float(res.fun) if res.status == 0 else None
+
+
+def _limit(time_limit: float | None) -> dict:
+    """HiGHS options for an LP that must end within ``time_limit`` seconds (an LP cut short bounds nothing:
+    its caller then returns 0, and the cheaper bounds stand)."""
+    return {} if time_limit is None else {"time_limit": max(0.0, float(time_limit))}
