@@ -5,9 +5,11 @@
   solved with HiGHS through scipy. Co-location groups are contracted into one item first;
 - path-work: an LP that couples the two (a path's tasks on a device also load it);
 - memory path: a path's time where memory keeps its tasks off their fastest devices (an LP over the devices'
-  memory).
+  memory);
+- batch path-work: for the batch objective, an LP that prices each part at its batched time on the mean
+  sample's path and on its device's work together.
 The bound of a problem is the largest; a plan says which in ``bound_source``. Each bound lives in the module
-of its kind (``_simple``, ``_latency``) and is named here.
+of its kind (``_simple``, ``_latency``, ``_batch``) and is named here.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from __future__ import annotations
 from time import perf_counter
 
 from ..problem import Problem
+from ._batch import batch_path_work_bound
 from ._latency import memory_path_bound, path_work_bound, path_work_seconds
 from ._simple import critical_path_bound, spread_bound, work_bound
 
-__all__ = ["BOUND_SOURCES", "critical_path_bound", "lower_bound", "lower_bound_source",
+__all__ = ["BOUND_SOURCES", "batch_path_work_bound", "critical_path_bound", "lower_bound", "lower_bound_source",
            "memory_path_bound", "path_work_bound", "path_work_seconds", "serial_upper_bound", "share_lower_bound",
            "spread_bound", "work_bound"]
 
@@ -27,12 +30,13 @@ CRITICAL_PATH = "critical path"
 WORK_LP = "work LP"
 PATH_WORK_LP = "path-work LP"
 MEMORY_PATH_LP = "memory path LP"
+BATCH_PATH_WORK_LP = "batch path-work LP"
 CP_SAT = "CP-SAT"  # exact and call-exact: the model's proven bound
 MILP = "MILP"  # milp: the MILP's dual bound
 MODULE_DP = "module DP"  # split and exact by pieces: the join's dynamic program over the modules' bounds
 IP = "IP"  # the pipeline IP's dual bound
 EXACT_DP = "DP (exact)"  # the pipeline DP's contiguous optimum
-BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, CP_SAT, MILP, MODULE_DP, IP, EXACT_DP)
+BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, BATCH_PATH_WORK_LP, CP_SAT, MILP, MODULE_DP, IP, EXACT_DP)
 
 
 def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
@@ -50,6 +54,7 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
         found[WORK_LP] = work_bound(problem, left())
         found[MEMORY_PATH_LP] = memory_path_bound(problem, left())
         found[PATH_WORK_LP] = path_work_bound(problem, left())
+        found[BATCH_PATH_WORK_LP] = batch_path_work_bound(problem, left())
         source = max(found, key=found.__getitem__)  # on a tie the cheaper one, listed first
         memo["lower_bound"], memo["lower_bound_source"] = found[source], source
     return memo["lower_bound"]

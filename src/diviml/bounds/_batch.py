@@ -1,0 +1,139 @@
+"""A bound for the batch objective that prices every part at its batched time on the path and on the work.
+
+The simple bounds take a sample's path at parts of one sample and the work at the best rate per sample of
+the whole batch; a GPU is far from both at once (a part of 8 takes about as long as a part of 1 where
+kernels are launch-bound). Here a plan's choice of part sizes costs it on both sides together.
+"""
+
+from __future__ import annotations
+
+import math
+from time import perf_counter
+
+from ..problem import Problem
+from ..validate import ABS_TOL, REL_TOL
+from ._lp import _KeyedLP, _unit
+from ._simple import _unit_costs
+
+SINGLE_SIZES = 16  # part sizes priced one by one up to here; above, in ranges that double
+
+
+def size_ranges(n: int) -> list[tuple[int, int]]:
+    """Ranges ``(lo, hi)`` of part sizes that cover 1..n: each size alone up to :data:`SINGLE_SIZES`, then
+    ranges that double, so that the LP stays small at large batches.
+
+    >>> size_ranges(3)
+    [(1, 1), (2, 2), (3, 3)]
+    >>> size_ranges(40)[-3:]
+    [(16, 16), (17, 32), (33, 40)]
+    """
+    out = [(b, b) for b in range(1, min(n, SINGLE_SIZES) + 1)]
+    lo = SINGLE_SIZES + 1
+    while lo <= n:
+        hi = min(n, 2 * (lo - 1))
+        out.append((lo, hi))
+        lo = hi + 1
+    return out
+
+
+def batch_path_work_bound(problem: Problem, time_limit: float | None = None) -> float:
+    """Batch makespan from an LP over how many samples of each task run on each device in parts of which size.
+
+    ``u[t,d,r]``: samples of task t that run on device d in parts whose size lies in range r
+    (:func:`size_ranges`), ``sum u[t,.,.] = n``; ``s[t,d] = sum_r u[t,d,r] / n`` is d's share of t. Then
+
+    - every sample's path is at most the makespan, so the mean sample's is too: a sample in a part of b on d
+      spends ``f(t,d,b)`` there, hence ``e[v] >= e[u] + sum f_min(v,d,r) u[v,d,r] / n + c_min(u) delta[u,v]``
+      on every edge, ``C >= e[t]``, where ``delta[u,v] >= sum_d q[u,v,d]``, ``q >= s[u,d] - s[v,d]`` is
+      at most the share of samples whose parts of u and v lie on different devices and ``c_min(u)`` the
+      cheapest transfer of one sample of u's output between two devices;
+    - each device runs its parts one at a time: ``sum f(t,d,b)/b u[t,d,r] <= C`` at the least rate of the range;
+    - a device that holds any share of a task holds all its memory: ``sum_t m_t s[t,d] <=`` its memory.
+
+    One part of the whole batch prices a task at its batched time on the path; many small parts shorten the
+    path but add work: a plan cannot have both, which the simple bounds let it. 0 for other objectives.
+    """
+    if problem.objective.kind != "batch":
+        return 0.0
+    graph, platform = problem.graph, problem.platform
+    stop = None if time_limit is None else perf_counter() + time_limit
+    n = problem.batch_size
+    ranges = size_ranges(n)
+    devices = [d.name for d in platform.devices]
+    unit = _unit(_unit_costs(problem))
+    lp = _KeyedLP()
+    path: dict[str, dict] = {}  # task -> its mean sample time, {column: coefficient}
+    share: dict[str, dict[str, dict]] = {}  # task -> device -> s[t,d] as {column: coefficient}
+    work: dict[str, dict] = {d: {} for d in devices}
+    for t in graph.topological_order:
+        path[t], share[t] = {}, {}
+        for d in problem.allowed_devices[t]:
+            share[t][d] = {}
+            for r, (lo, hi) in enumerate(ranges):
+                key = ("u", t, d, r)
+                lp.col(key)
+                times = [problem.time(t, d, b) * unit for b in range(lo, hi + 1)]
+                path[t][key] = min(times) / n
+                work[d][key] = min(f / b for f, b in zip(times, range(lo, hi + 1)))
+                share[t][d][key] = 1.0 / n
+        lp.col(("e", t))
+    for u, v in graph.edges:
+        lp.col(("delta", u, v))
+        for d in devices:
+            lp.col(("q", u, v, d))
+    lp.col(("C",))
+
+    for t in graph.topological_order:
+        lp.eq({key: 1.0 / n for key in path[t]})
+        lp.ub({("e", t): -1.0, **path[t]})  # e[t] >= its own mean time (sources)
+        lp.ub({("e", t): 1.0, ("C",): -1.0})
+    if not _edge_rows(problem, lp, path, share, unit, stop):
+        return 0.0  # building the LP alone outlasts its share: drop it
+    for d in devices:
+        lp.ub({("C",): -1.0, **work[d]})
+    _memory_rows(problem, lp, share)
+    value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
+    return value / unit * (1 - 1e-6) if value is not None else 0.0
+
+
+def _edge_rows(problem: Problem, lp: _KeyedLP, path: dict[str, dict], share: dict[str, dict[str, dict]],
+               unit: float, stop: float | None) -> bool:
+    """The mean sample's path along each edge, with the share of samples that change device (False: the
+    time ran out while building)."""
+    graph, platform = problem.graph, problem.platform
+    devices = [d.name for d in platform.devices]
+    one_sample = 1.0 / graph.batch_size
+    for k, (u, v) in enumerate(graph.edges):
+        if stop is not None and k % 1000 == 0 and perf_counter() > stop:
+            return False
+        producer = graph.by_id[u]
+        c_min = min((platform.transfer_time(producer, a, c, one_sample) for a in devices for c in devices if a != c),
+                    default=0.0) * unit
+        lp.ub({("e", u): 1.0, ("e", v): -1.0, ("delta", u, v): c_min, **path[v]})
+        lp.ub({("delta", u, v): -1.0, **{("q", u, v, d): 1.0 for d in devices}})
+        for d in devices:  # q[u,v,d] >= s[u,d] - s[v,d]
+            row = {("q", u, v, d): -1.0}
+            for key, x in share[u].get(d, {}).items():
+                row[key] = x
+            for key, x in share[v].get(d, {}).items():
+                row[key] = -x
+            lp.ub(row)
+    return True
+
+
+def _memory_rows(problem: Problem, lp: _KeyedLP, share: dict[str, dict[str, dict]]) -> None:
+    """``sum_t m_t s[t,d] <=`` device d's memory (as the validator reads it), where it could bind."""
+    tasks = problem.graph.tasks
+    total = sum(t.memory_bytes for t in tasks)
+    scale = max((t.memory_bytes for t in tasks), default=0.0) or 1.0
+    for device in problem.platform.devices:
+        capacity = device.memory_bytes
+        if not math.isfinite(capacity) or capacity >= total:
+            continue
+        row: dict = {}
+        for t in tasks:
+            if t.memory_bytes > 0:
+                for key, x in share[t.id].get(device.name, {}).items():
+                    row[key] = x * t.memory_bytes / scale
+        if row:
+            lp.ub(row, (capacity * (1 + 2 * REL_TOL) + ABS_TOL) / scale)
