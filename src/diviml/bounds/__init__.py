@@ -32,11 +32,12 @@ PATH_WORK_LP = "path-work LP"
 MEMORY_PATH_LP = "memory path LP"
 BATCH_PATH_WORK_LP = "batch path-work LP"
 CP_SAT = "CP-SAT"  # exact and call-exact: the model's proven bound
+WINDOWS = "CP-SAT windows"  # exact: the largest bound CP-SAT proved on windows of the graph
 MILP = "MILP"  # milp: the MILP's dual bound
 MODULE_DP = "module DP"  # split and exact by pieces: the join's dynamic program over the modules' bounds
 IP = "IP"  # the pipeline IP's dual bound
 EXACT_DP = "DP (exact)"  # the pipeline DP's contiguous optimum
-BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, BATCH_PATH_WORK_LP, CP_SAT, MILP, MODULE_DP, IP, EXACT_DP)
+BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, BATCH_PATH_WORK_LP, CP_SAT, WINDOWS, MILP, MODULE_DP, IP, EXACT_DP)
 
 
 def lower_bound(problem: Problem, time_limit: float | None = None) -> float:

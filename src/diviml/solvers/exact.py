@@ -10,6 +10,9 @@ of its (entry, exit) solves would get a slice of the time for little gain: on ra
 tasks the monolithic model found plans 4-6% better at 20 s, ``benchmarks/auto_choice.py``), and
 ``decompose=False`` get the monolithic model (:mod:`.cpsat`). Measured on the layered benchmark DAGs:
 N = 320, K = 3 proven in about 2 s, where the monolithic model ends 60 s at a 4-10% gap.
+A monolithic latency model of more than :data:`WINDOWS_FROM` tasks first spends a quarter of its time bounding
+windows of the graph (:mod:`.engines.windows`); the whole model starts from that bound (its makespan at least
+it), named ``CP-SAT windows`` where the model proves no more.
 
 Batch objective: the batch is split the same way for every task into L near-equal sub-batches
 (L = 1 .. number of devices, skipping splits whose HEFT makespan is far behind the best split's, see
@@ -20,9 +23,10 @@ lower bound, since splits outside that family are not searched.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
-from ..bounds import CP_SAT
+from ..bounds import CP_SAT, WINDOWS
 from ..plan import Plan
 from ..problem import Problem
 from . import split
@@ -30,20 +34,25 @@ from .engines.cpsat import solve_jobs
 from .engines.jobs import JobGraph
 from .engines.modules import detect
 from .engines.outcome import Outcome
+from .engines.windows import window_bound
 from .search import exact_search, heft_hint
 
 NAME = "exact"
 PIECE_SIZE = 20  # consecutive pieces are merged up to this many tasks
+WINDOWS_FROM = 24  # a latency model of more tasks than this is bounded by windows of it first
+WINDOW_SHARE = 0.25  # of the time, for the windows' bound (before the whole model's search, which starts from it)
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
           symmetry: str = "tasks", resolution: int = 10_000_000, decompose: bool = True, piece_size: int = PIECE_SIZE,
-          progress=None, on_incumbent=None) -> Plan:
+          window_share: float = WINDOW_SHARE, progress=None, on_incumbent=None) -> Plan:
     """``decompose``: solve latency problems piece by piece between series points where that is exact;
     consecutive pieces are merged up to ``piece_size`` tasks (fewer solves, each still small).
     ``on_incumbent(value)`` is called with the objective of every solution CP-SAT finds on the whole graph
     (time scale units, rounded down: within about 1e-6 of the plan's value), e.g. to time how soon a quality
-    is reached; a decomposed solve calls it once, with its plan."""
+    is reached; a decomposed solve calls it once, with its plan. ``window_share``: the share of the time that a
+    latency model of more than :data:`WINDOWS_FROM` tasks spends first on windows of the graph
+    (:func:`.engines.windows.window_bound`) for a stronger bound (0: none)."""
     if decompose and problem.objective.kind == "latency":
         chain = detect(problem.graph, piece_size, cut_large=False)
         if pays_to_decompose(problem, chain):
@@ -56,9 +65,17 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
             return replace(plan, solver=NAME, notes=(note,) + plan.notes)
 
     def engine(jobs: JobGraph, upper: float, budget: float) -> Outcome:
-        return solve_jobs(jobs, upper=upper, time_limit=budget, seed=seed, workers=workers, symmetry=symmetry,
-                          resolution=resolution, hint=heft_hint(jobs, symmetry), progress=progress,
-                          on_incumbent=on_incumbent)
+        began, floor = time.perf_counter(), 0.0
+        if problem.objective.kind == "latency" and len(problem.graph) > WINDOWS_FROM and window_share > 0:
+            floor = window_bound(problem, upper=upper, time_limit=budget * window_share, seed=seed, workers=workers,
+                                 progress=progress)
+        out = solve_jobs(jobs, upper=upper, time_limit=budget - (time.perf_counter() - began), seed=seed,
+                         workers=workers, symmetry=symmetry, resolution=resolution, hint=heft_hint(jobs, symmetry),
+                         progress=progress, on_incumbent=on_incumbent, floor=floor)
+        if floor > 0 and out.status != "optimal" and out.bound <= floor * (1 + 1e-6):  # no more than the windows'
+            return replace(out, stats={**(out.stats or {}), "bound_source": WINDOWS})
+        return out
+
     return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry, progress=progress,
                         engine_bound=CP_SAT)
 

@@ -118,9 +118,9 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
         if out.status == "infeasible" and latency:
             raise InfeasibleError("no plan satisfies the memory and co-location constraints: raise the memory "
                                   "limit or relax the groups")
-        if latency:
-            bound, source = better_bound((bound, source), (out.bound, engine_bound))
         extra = dict(out.stats or {})
+        if latency:
+            bound, source = better_bound((bound, source), (out.bound, extra.pop("bound_source", engine_bound)))
         if "note" in extra:
             notes.append(extra.pop("note"))
         stats.update(extra)

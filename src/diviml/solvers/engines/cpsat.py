@@ -38,7 +38,7 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
                symmetry: str = "tasks", resolution: int = 10_000_000, small: bool = False,
                cutoff: float | None = None, deadlines: dict | None = None, first_only: bool = False,
                work_limit: float | None = None, progress=None, hint: tuple[dict, dict] | None = None,
-               on_incumbent=None) -> Outcome:
+               on_incumbent=None, floor: float = 0.0) -> Outcome:
     """CP-SAT on a job graph; ``upper`` (a known makespan) fixes the time scale; ``hint``: a first schedule
     (device and start per job, e.g. HEFT's from :func:`.search.heft_hint`, respecting ``symmetry``).
 
@@ -48,7 +48,8 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     "timeout"): a feasibility test. ``work_limit``: a second limit, in seconds of one core of the reference
     machine counted by CP-SAT's deterministic time (:data:`WORK_PER_SECOND`): one worker then ends at the
     same point, with the same answer, however loaded the machine is (``time_limit`` still caps the wall
-    time); the work used is ``stats["work"]``, in the same unit.
+    time); the work used is ``stats["work"]``, in the same unit. ``floor``: a lower bound on the makespan
+    proven elsewhere (:func:`.windows.window_bound`), so that the model's bound starts there.
     Whole graphs gain from linearization level 2 (stronger bounds). ``small`` (MILP-SPLIT's modules of
     10-30 jobs) turns linearization and presolve off: measured 5-14x faster there, optima unchanged."""
     began = time.perf_counter()  # building the model counts against the limit too (20,000 tasks: seconds)
@@ -66,6 +67,8 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     _colocation(m, jobs, v.x)
     _symmetry(m, jobs, v.x, symmetry, ticks)
     makespan = _makespan(m, jobs, v, ticks, resolution, cutoff, deadlines)
+    if floor > 0:
+        m.add(makespan >= ticks(floor))  # rounded down like every time here: no schedule is cut off
     if hint is not None:
         _hint(m, jobs, v, ticks, hint)
     solver = cp_model.CpSolver()
@@ -139,6 +142,9 @@ def _makespan(m: cp_model.CpModel, jobs: JobGraph, v: _Vars, ticks, horizon: int
     for j in jobs.jobs:
         m.add(v.start[j] >= head[j])
         m.add(makespan >= v.end[j] + tail[j])
+        for d in jobs.devices(j) if jobs.delivery else ():  # a window's delivery, where its device makes it longer
+            if ticks(jobs.delivered(j, d)) > tail[j]:
+                m.add(makespan >= v.end[j] + ticks(jobs.delivered(j, d))).only_enforce_if(v.x[j, d])
     for d in v.per_device:
         work = [(v.duration[j, d], v.x[j, d]) for j in jobs.jobs if (j, d) in v.x]
         if work:
@@ -187,11 +193,13 @@ class _Model(cp_model.CpModel):
 
 
 def _heads_and_tails(jobs: JobGraph, ticks, duration: dict) -> tuple[dict, dict]:
-    """Longest paths before / after each job with every job on its fastest device and free transfers."""
+    """Longest paths before / after each job with every job on its fastest device and free transfers (after:
+    from the job's delivery time, where it has one)."""
     fastest = {j: min(duration[j, d] for d in jobs.devices(j)) for j in jobs.jobs}
     end = longest_paths(jobs.jobs, jobs.preds, fastest.__getitem__,
                         release=lambda j: min(ticks(jobs.released(j, d)) for d in jobs.devices(j)))
-    from_end = longest_paths(reversed(jobs.jobs), jobs.succs, fastest.__getitem__, release=lambda j: 0)
+    from_end = longest_paths(reversed(jobs.jobs), jobs.succs, fastest.__getitem__,
+                             release=lambda j: min(ticks(jobs.delivered(j, d)) for d in jobs.devices(j)))
     return {j: end[j] - fastest[j] for j in jobs.jobs}, {j: from_end[j] - fastest[j] for j in jobs.jobs}
 
 
