@@ -10,9 +10,9 @@ of its (entry, exit) solves would get a slice of the time for little gain: on ra
 tasks the monolithic model found plans 4-6% better at 20 s, ``benchmarks/auto_choice.py``), and
 ``decompose=False`` get the monolithic model (:mod:`.cpsat`). Measured on the layered benchmark DAGs:
 N = 320, K = 3 proven in about 2 s, where the monolithic model ends 60 s at a 4-10% gap.
-A monolithic latency model of more than :data:`WINDOWS_FROM` tasks first spends a quarter of its time bounding
-windows of the graph (:mod:`.engines.windows`); the whole model starts from that bound (its makespan at least
-it), named ``CP-SAT windows`` where the model proves no more.
+A monolithic latency model of more than :data:`WINDOWS_FROM` tasks and at most :data:`WINDOWS_UP_TO` first
+spends a quarter of its time bounding windows of the graph (:mod:`.engines.windows`); the whole model starts
+from that bound (its makespan at least it), named ``CP-SAT windows`` where the model proves no more.
 
 Batch objective: the batch is split the same way for every task into L near-equal sub-batches
 (L = 1 .. number of devices, skipping splits whose HEFT makespan is far behind the best split's, see
@@ -39,7 +39,8 @@ from .search import exact_search, heft_hint
 
 NAME = "exact"
 PIECE_SIZE = 20  # consecutive pieces are merged up to this many tasks
-WINDOWS_FROM = 24  # a latency model of more tasks than this is bounded by windows of it first
+WINDOWS_FROM = 24  # a latency model of more tasks than this is bounded by windows of it first ...
+WINDOWS_UP_TO = 300  # ... up to this many: on more, windows of 16-32 tasks see too little of the graph for their time
 WINDOW_SHARE = 0.25  # of the time, for the windows' bound (before the whole model's search, which starts from it)
 
 
@@ -51,7 +52,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     ``on_incumbent(value)`` is called with the objective of every solution CP-SAT finds on the whole graph
     (time scale units, rounded down: within about 1e-6 of the plan's value), e.g. to time how soon a quality
     is reached; a decomposed solve calls it once, with its plan. ``window_share``: the share of the time that a
-    latency model of more than :data:`WINDOWS_FROM` tasks spends first on windows of the graph
+    latency model of :data:`WINDOWS_FROM` to :data:`WINDOWS_UP_TO` tasks spends first on windows of the graph
     (:func:`.engines.windows.window_bound`) for a stronger bound (0: none)."""
     if decompose and problem.objective.kind == "latency":
         chain = detect(problem.graph, piece_size, cut_large=False)
@@ -66,7 +67,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
 
     def engine(jobs: JobGraph, upper: float, budget: float) -> Outcome:
         began, floor = time.perf_counter(), 0.0
-        if problem.objective.kind == "latency" and len(problem.graph) > WINDOWS_FROM and window_share > 0:
+        if problem.objective.kind == "latency" and WINDOWS_FROM < len(problem.graph) <= WINDOWS_UP_TO and window_share:
             floor = window_bound(problem, upper=upper, time_limit=budget * window_share, seed=seed, workers=workers,
                                  progress=progress)
         out = solve_jobs(jobs, upper=upper, time_limit=budget - (time.perf_counter() - began), seed=seed,
