@@ -13,7 +13,7 @@ from time import perf_counter
 from ..problem import Problem
 from ..validate import ABS_TOL, REL_TOL
 from ._lp import _KeyedLP, _unit
-from ._simple import _unit_costs
+from ._simple import _cheapest_move, _unit_costs
 
 SINGLE_SIZES = 16  # part sizes priced one by one up to here; above, in ranges that double
 
@@ -63,19 +63,16 @@ def batch_path_work_bound(problem: Problem, time_limit: float | None = None) -> 
     unit = _unit(_unit_costs(problem))
     lp = _KeyedLP()
     path: dict[str, dict] = {}  # task -> its mean sample time, {column: coefficient}
-    share: dict[str, dict[str, dict]] = {}  # task -> device -> s[t,d] as {column: coefficient}
     work: dict[str, dict] = {d: {} for d in devices}
     for t in graph.topological_order:
-        path[t], share[t] = {}, {}
+        path[t] = {}
         for d in problem.allowed_devices[t]:
-            share[t][d] = {}
             for r, (lo, hi) in enumerate(ranges):
                 key = ("u", t, d, r)
                 lp.col(key)
                 times = [problem.time(t, d, b) * unit for b in range(lo, hi + 1)]
                 path[t][key] = min(times) / n
                 work[d][key] = min(f / b for f, b in zip(times, range(lo, hi + 1)))
-                share[t][d][key] = 1.0 / n
         lp.col(("e", t))
     for u, v in graph.edges:
         lp.col(("delta", u, v))
@@ -87,6 +84,8 @@ def batch_path_work_bound(problem: Problem, time_limit: float | None = None) -> 
         lp.eq({key: 1.0 / n for key in path[t]})
         lp.ub({("e", t): -1.0, **path[t]})  # e[t] >= its own mean time (sources)
         lp.ub({("e", t): 1.0, ("C",): -1.0})
+    share = {t: {d: {("u", t, d, r): 1.0 / n for r in range(len(ranges))} for d in problem.allowed_devices[t]}
+             for t in graph.topological_order}  # s[t,d] as {column: coefficient}
     if not _edge_rows(problem, lp, path, share, unit, stop):
         return 0.0  # building the LP alone outlasts its share: drop it
     for d in devices:
@@ -100,15 +99,12 @@ def _edge_rows(problem: Problem, lp: _KeyedLP, path: dict[str, dict], share: dic
                unit: float, stop: float | None) -> bool:
     """The mean sample's path along each edge, with the share of samples that change device (False: the
     time ran out while building)."""
-    graph, platform = problem.graph, problem.platform
-    devices = [d.name for d in platform.devices]
-    one_sample = 1.0 / graph.batch_size
+    graph = problem.graph
+    devices = [d.name for d in problem.platform.devices]
     for k, (u, v) in enumerate(graph.edges):
         if stop is not None and k % 1000 == 0 and perf_counter() > stop:
             return False
-        producer = graph.by_id[u]
-        c_min = min((platform.transfer_time(producer, a, c, one_sample) for a in devices for c in devices if a != c),
-                    default=0.0) * unit
+        c_min = _cheapest_move(problem, u, 1.0 / graph.batch_size) * unit  # one sample of u's output
         lp.ub({("e", u): 1.0, ("e", v): -1.0, ("delta", u, v): c_min, **path[v]})
         lp.ub({("delta", u, v): -1.0, **{("q", u, v, d): 1.0 for d in devices}})
         for d in devices:  # q[u,v,d] >= s[u,d] - s[v,d]

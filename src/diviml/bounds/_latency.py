@@ -8,7 +8,7 @@ from time import perf_counter
 from ..problem import Problem
 from ..validate import ABS_TOL, REL_TOL
 from ._lp import _KeyedLP, _unit
-from ._simple import _unit_costs
+from ._simple import _cheapest_move, _unit_costs
 
 
 def memory_path_bound(problem: Problem, time_limit: float | None = None) -> float:
@@ -104,8 +104,7 @@ def path_work_bound(problem: Problem, time_limit: float | None = None) -> float:
     for k, (u, v) in enumerate(graph.edges):
         if stop is not None and k % 1000 == 0 and perf_counter() > stop:
             return 0.0  # building the LP alone outlasts its share: drop it
-        ut = graph.by_id[u]
-        c_min = min((platform.transfer_time(ut, a, c) for a in devices for c in devices if a != c), default=0.0) * unit
+        c_min = _cheapest_move(problem, u) * unit
         lp.ub({("e", u): 1.0, ("e", v): -1.0, ("delta", u, v): c_min, **own_time(v)})
         for d in devices:  # delta >= x[u,d] - x[v,d]
             row = {("delta", u, v): -1.0}

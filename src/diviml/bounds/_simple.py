@@ -12,6 +12,15 @@ from ..problem import Problem
 from ._lp import _items, _limit, _Sparse, _unit
 
 
+def _cheapest_move(problem: Problem, task: str, scale: float = 1.0) -> float:
+    """The least time ``scale`` x the output of ``task`` takes between two different devices (0 on one device):
+    what an edge whose ends lie on different devices costs a path at least."""
+    graph, platform = problem.graph, problem.platform
+    devices = [d.name for d in platform.devices]
+    return min((platform.transfer_time(graph.by_id[task], a, c, scale) for a in devices for c in devices if a != c),
+               default=0.0)
+
+
 def _unit_costs(problem: Problem) -> dict[str, dict[str, float]]:
     """Cost of each task on each allowed device, for the objective's batch."""
     n = problem.batch_size

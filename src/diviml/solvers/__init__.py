@@ -68,8 +68,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("decompose", bool, "solve piece by piece between series points where it pays; --no-decompose: "
                               "the whole graph as one model"),
     Option("piece_size", int, "merge series pieces up to this many tasks"),
-    Option("window_share", float, "share of the time a latency model left unproven spends bounding windows of "
-                                  "the graph exactly (0: none)", fraction=True),
+    Option("window_share", float, "share of the time a latency model of 25-300 tasks spends first bounding "
+                                  "windows of the graph exactly (0: none)", fraction=True),
     Option("max_ideals", int, "most ideals (stage candidates) the dynamic program enumerates"),
     Option("max_pairs", int, "most ideal pairs the dynamic program walks"),
     Option("resolution", int, "time steps the makespan is measured in (CP-SAT works in integers)", cli=False),
