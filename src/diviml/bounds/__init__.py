@@ -6,10 +6,12 @@
 - path-work: an LP that couples the two (a path's tasks on a device also load it);
 - memory path: a path's time where memory keeps its tasks off their fastest devices (an LP over the devices'
   memory);
+- memory segments: the same with whole tasks and transfers between kinds of device, over the segments
+  between series points (column generation, a MILP per distinct segment);
 - batch path-work: for the batch objective, an LP that prices each part at its batched time on the mean
   sample's path and on its device's work together.
 The bound of a problem is the largest; a plan says which in ``bound_source``. Each bound lives in the module
-of its kind (``_simple``, ``_latency``, ``_batch``) and is named here.
+of its kind (``_simple``, ``_latency``, ``_segments``, ``_batch``) and is named here.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from time import perf_counter
 from ..problem import Problem
 from ._batch import batch_path_work_bound
 from ._latency import memory_path_bound, path_work_bound, path_work_seconds
+from ._segments import memory_segments_bound
 from ._simple import critical_path_bound, spread_bound, work_bound
 
 __all__ = ["BOUND_SOURCES", "batch_path_work_bound", "critical_path_bound", "lower_bound", "lower_bound_source",
-           "memory_path_bound", "path_work_bound", "path_work_seconds", "serial_upper_bound", "share_lower_bound",
+           "memory_path_bound", "memory_segments_bound", "path_work_bound", "path_work_seconds", "serial_upper_bound", "share_lower_bound",
            "spread_bound", "work_bound"]
 
 # what proved a plan's bound (Plan.bound_source): the bounds here, and the solvers' own
@@ -30,6 +33,7 @@ CRITICAL_PATH = "critical path"
 WORK_LP = "work LP"
 PATH_WORK_LP = "path-work LP"
 MEMORY_PATH_LP = "memory path LP"
+MEMORY_SEGMENTS = "memory segments"
 BATCH_PATH_WORK_LP = "batch path-work LP"
 CP_SAT = "CP-SAT"  # exact and call-exact: the model's proven bound
 WINDOWS = "CP-SAT windows"  # exact: the largest bound CP-SAT proved on windows of the graph
@@ -37,7 +41,7 @@ MILP = "MILP"  # milp: the MILP's dual bound
 MODULE_DP = "module DP"  # split and exact by pieces: the join's dynamic program over the modules' bounds
 IP = "IP"  # the pipeline IP's dual bound
 EXACT_DP = "DP (exact)"  # the pipeline DP's contiguous optimum
-BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, BATCH_PATH_WORK_LP, CP_SAT, WINDOWS, MILP, MODULE_DP, IP, EXACT_DP)
+BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, MEMORY_SEGMENTS, BATCH_PATH_WORK_LP, CP_SAT, WINDOWS, MILP, MODULE_DP, IP, EXACT_DP)
 
 
 def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
@@ -54,6 +58,7 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
         found = {CRITICAL_PATH: critical_path_bound(problem)}
         found[WORK_LP] = work_bound(problem, left())
         found[MEMORY_PATH_LP] = memory_path_bound(problem, left())
+        found[MEMORY_SEGMENTS] = memory_segments_bound(problem, left())
         found[PATH_WORK_LP] = path_work_bound(problem, left())
         found[BATCH_PATH_WORK_LP] = batch_path_work_bound(problem, left())
         source = max(found, key=found.__getitem__)  # on a tie the cheaper one, listed first
