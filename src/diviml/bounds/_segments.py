@@ -2,20 +2,20 @@
 tensor between two kinds of device costs at least its cheapest transfer.
 
 A *series point* is a task that every other task of nonzero time or memory precedes or follows (a
-transformer's residual adds, a CNN's block outputs). Between two series points lies a *segment*, and a plan's
-makespan is at least the sum, over the segments, of the longest path through each, from the previous series
-point's finish to the segment's own series point. With whole tasks on kinds of device (devices of one type
-pool their memory), transfers priced between kinds at their cheapest, and devices free to run in parallel,
-the bound is the least such sum whose placement holds every kind's memory. Relaxing memory with prices
-``pi`` per byte and kind (Lagrange) splits it into a dynamic program over the segments, the state being the
-kind that runs the series point; each segment's cheapest placement for a given entry and exit kind is a small
-MILP (HiGHS), and identical segments (a model's repeated layers) are priced once. The prices come from a master
-LP over the placements found so far (column generation), and every set of prices gives a valid bound, so the
-best one found before the deadline is kept.
+transformer's residual adds, a CNN's block outputs). Between two series points lies a *segment*: its tasks run
+within the window from the previous series point's finish to its own, so a plan's makespan is at least the sum
+of the windows, each at least the segment's longest path and its work on each kind of device spread over
+that kind's devices. With whole tasks on kinds of device (devices of one type pool their memory) and transfers
+priced between kinds at their cheapest, the bound is the least such sum whose placement holds every kind's
+memory. Relaxing memory with prices ``pi`` per byte and kind (Lagrange) splits it into a dynamic program over
+the segments, the state being the kind that runs the series point; each segment's cheapest placement for a
+given entry and exit kind is a small MILP (HiGHS), and identical segments (a model's repeated layers) are
+priced once. The prices come from a master LP over the placements found so far (column generation), and every
+set of prices gives a valid bound, so the best one found before the deadline is kept.
 
 Against the memory path LP (fractional tasks, free transfers) it gains where parallel branches let fractions
 of many tasks hide their slow share (q, k and v of attention) and where memory pushes layers across servers:
-GPT-3 on six servers 21.13 s -> 22.3 s.
+GPT-3's prefill on six servers 21.13 s -> 22.35 s (9 s on the 2-core machine).
 """
 
 from __future__ import annotations
@@ -74,14 +74,15 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     index = [shapes.setdefault(s, len(shapes)) for s in segments]  # a model's repeated layers: one shape
     best = -math.inf
     prices = {k: 0.0 for k in kinds}
-    columns = [_column(segments, choice) for choice in _uniform_choices(segments, kinds)]
+    counts = {k: sum(d.type == k for d in problem.platform.devices) for k in kinds}
+    columns = [_column(segments, choice, counts) for choice in _uniform_choices(segments, kinds)]
     while perf_counter() < stop:
-        walk = _walk(segments, index, closed, kinds, prices, stop)
+        walk = _walk(segments, index, closed, counts, prices, stop)
         if walk is None:
             break
         value, choices = walk
         best = max(best, value - sum(prices[k] * capacity[k] for k in kinds if math.isfinite(capacity[k])))
-        columns.append(_column(segments, choices))
+        columns.append(_column(segments, choices, counts))
         master = _master(columns, capacity, kinds)
         if master is None or master[0] - best <= 1e-6 * abs(master[0]):
             break
@@ -210,7 +211,7 @@ def _segment(problem: Problem, run: list[str], previous: str | None, weighted: s
     return tuple(items)
 
 
-def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_: str | None,
+def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_: str | None, counts: dict[str, int],
            stop: float) -> tuple[float, tuple[str, ...] | None]:
     """The least longest path plus priced memory over whole-task placements of ``segment`` whose series point
     runs on ``exit_`` (None: any), entered from a series point on ``entry``: a lower bound on it (the MILP's
@@ -231,6 +232,10 @@ def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_:
             if exit_ is not None and i == len(segment) - 1 and k != exit_:
                 upper[j] = 0.0
     rows, highs = _path_rows(segment, col, entry)
+    for k, n in counts.items():  # the segment's work on a kind, spread over its devices, fits in its window
+        rows.append({**{col["x", i, k]: p / n for i, item in enumerate(segment) for kk, p in item.times if kk == k},
+                     col["C"]: -1.0})
+        highs.append(0.0)
     for i, item in enumerate(segment):
         rows.append({col["x", i, k]: 1.0 for k, _ in item.times})
     a = lil_matrix((len(rows), len(col)))
@@ -240,7 +245,8 @@ def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_:
     lows = [-np.inf] * len(highs) + [1.0] * len(segment)
     res = milp(cost, constraints=LinearConstraint(a.tocsr(), lows, highs + [1.0] * len(segment)),
                integrality=integral, bounds=Bounds(np.zeros(len(col)), upper),
-               options={"time_limit": max(0.01, min(PRICE_LIMIT_S, stop - perf_counter())), "mip_rel_gap": 0.0})
+               options={"time_limit": max(0.01, min(PRICE_LIMIT_S, stop - perf_counter())), "mip_rel_gap": 0.0,
+                        "presolve": False})  # HiGHS prints a line to stdout when it mends a presolved solution
     if res.status == 2:  # infeasible: the series point cannot run on exit_
         return math.inf, None
     dual = getattr(res, "mip_dual_bound", None)
@@ -278,7 +284,7 @@ def _path_rows(segment: Segment, col: dict, entry: str | None) -> tuple[list[dic
     return rows, highs
 
 
-def _walk(segments: list[Segment], index: list[int], closed: bool, kinds: list[str], prices: dict[str, float],
+def _walk(segments: list[Segment], index: list[int], closed: bool, counts: dict[str, int], prices: dict[str, float],
           stop: float) -> tuple[float, list[tuple[str, ...] | None]] | None:
     """The least sum of the segments' priced paths, the state being the kind of the last series point, and the
     placement per segment that reaches it; None if the deadline passes first. Identical segments, and entry
@@ -287,7 +293,7 @@ def _walk(segments: list[Segment], index: list[int], closed: bool, kinds: list[s
     best: dict[str | None, tuple[float, list]] = {None: (0.0, [])}
     for n, segment in enumerate(segments):
         sees_entry = any(item.entry for item in segment)
-        exits: list[str | None] = list(kinds) if closed or n < len(segments) - 1 else [None]
+        exits: list[str | None] = list(counts) if closed or n < len(segments) - 1 else [None]
         following: dict[str | None, tuple[float, list]] = {}
         for exit_ in exits:
             for entry, (value, path) in best.items():
@@ -295,7 +301,7 @@ def _walk(segments: list[Segment], index: list[int], closed: bool, kinds: list[s
                 if key not in memo:
                     if perf_counter() > stop:
                         return None
-                    memo[key] = _price(segment, prices, key[1], exit_, stop)
+                    memo[key] = _price(segment, prices, key[1], exit_, counts, stop)
                 priced, choice = memo[key]
                 if exit_ not in following or value + priced < following[exit_][0]:
                     following[exit_] = (value + priced, path + [choice])
@@ -304,8 +310,9 @@ def _walk(segments: list[Segment], index: list[int], closed: bool, kinds: list[s
     return value, path
 
 
-def _longest(segment: Segment, choice: tuple[str, ...], entry: str | None) -> float:
-    """The segment's longest path under ``choice``, transfers between kinds included."""
+def _longest(segment: Segment, choice: tuple[str, ...], entry: str | None, counts: dict[str, int]) -> float:
+    """The segment's longest path under ``choice``, transfers between kinds included, or its work on a kind
+    spread over that kind's devices where that is longer."""
     finish: list[float] = []
     for i, item in enumerate(segment):
         k = choice[i]
@@ -313,10 +320,14 @@ def _longest(segment: Segment, choice: tuple[str, ...], entry: str | None) -> fl
         for u, costs in item.preds:
             start = max(start, finish[u] + dict(costs).get((choice[u], k), 0.0))
         finish.append(start + dict(item.times)[k])
-    return max(finish, default=0.0)
+    work: dict[str, float] = {}
+    for item, k in zip(segment, choice):
+        work[k] = work.get(k, 0.0) + dict(item.times)[k] / counts[k]
+    return max(max(finish, default=0.0), max(work.values(), default=0.0))
 
 
-def _column(segments: list[Segment], choices: list[tuple[str, ...] | None]) -> tuple[float, dict[str, float]] | None:
+def _column(segments: list[Segment], choices: list[tuple[str, ...] | None],
+            counts: dict[str, int]) -> tuple[float, dict[str, float]] | None:
     """A placement of every segment as the master's column: its summed longest paths and memory per kind."""
     if any(c is None for c in choices):
         return None
@@ -324,7 +335,7 @@ def _column(segments: list[Segment], choices: list[tuple[str, ...] | None]) -> t
     entry = None
     for segment, choice in zip(segments, choices):
         assert choice is not None
-        total += _longest(segment, choice, entry)
+        total += _longest(segment, choice, entry, counts)
         for item, k in zip(segment, choice):
             memory[k] = memory.get(k, 0.0) + item.memory
         entry = choice[-1]
