@@ -254,25 +254,45 @@ def test_memory_budgets_keep_the_plan_within_every_device():
     assert all(used.get(d.name, 0) * 1e9 <= d.memory_bytes for d in plat.devices)
 
 
-def test_where_neither_the_join_nor_a_baseline_fits_memory_the_whole_graph_is_solved_not_called_infeasible():
-    # a chain of 40 small tasks, then two of 9 GB: each GPU has room for one big task and 1 GB beside it, so
-    # the small tasks must be spread; the greedy layouts (HEFT's, the join's states) put them on the fast GPU
+def _small_then_big(small_tasks: int, side_branch: bool):
+    """A chain of small tasks (0.05 GB), then two of 9 GB: each GPU has room for one big task and 1 GB beside
+    it, so the small tasks must be spread; the greedy layouts (HEFT's, the join's states) put them on the fast
+    GPU. A side branch from the first small task to the first big one leaves no series point between them."""
     gb = 1e9
-    small = [Task(f"e{i}", {"fast": 1.0, "slow": 1.5, "cpu": 3.0}, memory_bytes=0.05 * gb) for i in range(40)]
+    small = [Task(f"e{i}", {"fast": 1.0, "slow": 1.5, "cpu": 3.0}, memory_bytes=0.05 * gb) for i in range(small_tasks)]
     big = [Task(n, {"fast": 1.0, "slow": 1.5, "cpu": 3.0}, memory_bytes=9 * gb) for n in ("L1", "L2")]
     tasks = small + big
-    g = TaskGraph.create(tasks, [(a.id, b.id) for a, b in zip(tasks, tasks[1:])])
+    edges = [(a.id, b.id) for a, b in zip(tasks, tasks[1:])]
+    if side_branch:
+        tasks.append(Task("side", {"fast": 0.1, "slow": 0.1, "cpu": 0.1}))
+        edges += [("e0", "side"), ("side", "L1")]
     platform = diviml.Platform.from_dict({"devices": [
         {"name": "cpu", "type": "cpu", "host": True, "memory": 1 * gb},
         {"name": "a", "type": "fast", "memory": 10 * gb, "link": {"bandwidth": 1e10}},
         {"name": "b", "type": "slow", "memory": 10 * gb, "link": {"bandwidth": 1e10}}]})
-    p = Problem(g, platform)
+    return Problem(TaskGraph.create(tasks, edges), platform)
+
+
+def test_where_heft_cannot_fit_memory_the_bounds_placements_can():
+    p = _small_then_big(40, side_branch=False)
+    with pytest.raises(diviml.InfeasibleError):
+        diviml.solve(p, "heft", time_limit=5)
+    plan = diviml.solve(p, "split", time_limit=8)
+    assert validate(plan, p).ok
+    assert plan.objective == pytest.approx(52.5)  # the optimum: 20 small tasks on a, 20 on b or the CPU
+    assert any("priced segments" in n for n in plan.notes)
+
+
+def test_where_neither_the_join_nor_a_baseline_fits_memory_the_whole_graph_is_solved_not_called_infeasible():
+    # 50 small tasks beside a side branch: one segment of 51 tasks, more than the memory segments bound
+    # prices, so no baseline but HEFT, which fails
+    p = _small_then_big(50, side_branch=True)
     with pytest.raises(diviml.InfeasibleError):
         diviml.solve(p, "heft", time_limit=5)
     plan = diviml.solve(p, "split", time_limit=8)
     assert validate(plan, p).ok
     assert any("whole-graph CP-SAT plan" in n for n in plan.notes)
-    assert 52.5 - 1e-6 <= plan.objective <= 60  # the optimum: 20 small tasks on a, 20 on b or the CPU
+    assert 82.5 - 1e-6 <= plan.objective <= 90  # the optimum: 20 small tasks on a, 20 on b, 10 on the CPU
 
 
 def test_co_located_tasks_in_different_modules_share_a_device():

@@ -21,11 +21,11 @@ from time import perf_counter
 from ..problem import Problem
 from ._batch import batch_path_work_bound
 from ._latency import memory_path_bound, path_work_bound, path_work_seconds
-from ._segments import memory_segments_bound
+from ._segments import Relaxation, memory_segments_bound, memory_segments_relaxation
 from ._simple import critical_path_bound, spread_bound, work_bound
 
-__all__ = ["BOUND_SOURCES", "batch_path_work_bound", "critical_path_bound", "lower_bound", "lower_bound_source",
-           "memory_path_bound", "memory_segments_bound", "path_work_bound", "path_work_seconds", "serial_upper_bound", "share_lower_bound",
+__all__ = ["BOUND_SOURCES", "Relaxation", "batch_path_work_bound", "critical_path_bound", "lower_bound", "lower_bound_source",
+           "memory_path_bound", "memory_segments_bound", "memory_segments_relaxation", "path_work_bound", "path_work_seconds", "serial_upper_bound", "share_lower_bound",
            "spread_bound", "work_bound"]
 
 # what proved a plan's bound (Plan.bound_source): the bounds here, and the solvers' own

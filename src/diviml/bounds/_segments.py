@@ -33,7 +33,7 @@ from ..validate import ABS_TOL, REL_TOL
 from ._lp import _unit
 from ._simple import _unit_costs
 
-__all__ = ["memory_segments_bound"]
+__all__ = ["Relaxation", "memory_segments_bound", "memory_segments_relaxation"]
 
 MAX_SEGMENT = 48  # tasks in one segment's MILP; a graph with a larger segment is not bounded this way
 PRICE_LIMIT_S = 5.0  # at most, per segment MILP (its dual bound counts when it is cut short)
@@ -52,11 +52,21 @@ class _Item:
 
 
 Segment = tuple[_Item, ...]  # in topological order; the last one is the series point closing it (if any)
+Column = tuple[float, dict[str, float], list[tuple[str, ...]]]  # summed windows, memory per kind, kinds per segment
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """What the bound's last master LP found: its value (seconds) and its mix of whole placements, each a
+    weight and a kind of device per task of the segments, whose weighted memory fits every kind's."""
+    value: float
+    mix: tuple[tuple[float, dict[str, str]], ...]
 
 
 def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> float:
     """The bound described above (seconds), 0 where it does not apply (not latency, memory not binding, a
-    segment too large) or does not finish a first pass within ``time_limit``."""
+    segment too large) or does not finish a first pass within ``time_limit``. The placements it mixed are
+    kept with the problem (:func:`memory_segments_relaxation`)."""
     if problem.objective.kind != "latency":
         return 0.0
     stop = math.inf if time_limit is None else perf_counter() + time_limit
@@ -69,13 +79,14 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     chain = _segments(problem, kinds, unit)
     if chain is None:
         return 0.0
-    segments, closed = chain
+    segments, runs, closed = chain
     shapes: dict[Segment, int] = {}
     index = [shapes.setdefault(s, len(shapes)) for s in segments]  # a model's repeated layers: one shape
     best = -math.inf
     prices = {k: 0.0 for k in kinds}
     counts = {k: sum(d.type == k for d in problem.platform.devices) for k in kinds}
     columns = [_column(segments, choice, counts) for choice in _uniform_choices(segments, kinds)]
+    master = None
     while perf_counter() < stop:
         walk = _walk(segments, index, closed, counts, prices, stop)
         if walk is None:
@@ -83,11 +94,20 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
         value, choices = walk
         best = max(best, value - sum(prices[k] * capacity[k] for k in kinds if math.isfinite(capacity[k])))
         columns.append(_column(segments, choices, counts))
-        master = _master(columns, capacity, kinds)
+        master = _master([c for c in columns if c is not None], capacity, kinds)
         if master is None or master[0] - best <= 1e-6 * abs(master[0]):
             break
         prices = master[1]
+    if master is not None:
+        mix = tuple((weight, {t: k for run, kinds_of in zip(runs, column[2]) for t, k in zip(run, kinds_of)})
+                    for weight, column in master[2] if weight > 1e-9)
+        problem.__dict__["memory_segments"] = Relaxation(master[0] / unit, mix)
     return max(0.0, best) / unit * (1 - 1e-6) if best > -math.inf else 0.0
+
+
+def memory_segments_relaxation(problem: Problem) -> Relaxation | None:
+    """The mix of placements :func:`memory_segments_bound` last found for ``problem`` (None: none)."""
+    return problem.__dict__.get("memory_segments")
 
 
 def _capacities(problem: Problem, kinds: list[str]) -> dict[str, float]:
@@ -98,9 +118,9 @@ def _capacities(problem: Problem, kinds: list[str]) -> dict[str, float]:
             for k, c in pooled.items()}
 
 
-def _segments(problem: Problem, kinds: list[str], unit: float) -> tuple[list[Segment], bool] | None:
-    """The graph's segments in order (times scaled by ``unit``) and whether the last one ends at a series
-    point; None where a segment holds more than ``MAX_SEGMENT`` tasks."""
+def _segments(problem: Problem, kinds: list[str], unit: float) -> tuple[list[Segment], list[list[str]], bool] | None:
+    """The graph's segments in order (times scaled by ``unit``), their tasks, and whether the last one ends at
+    a series point; None where a segment holds more than ``MAX_SEGMENT`` tasks."""
     graph = problem.graph
     order = list(graph.topological_order)
     position = {t: i for i, t in enumerate(order)}
@@ -120,7 +140,7 @@ def _segments(problem: Problem, kinds: list[str], unit: float) -> tuple[list[Seg
     for run in runs:
         segments.append(_segment(problem, run, previous, stops, moves, unit))
         previous = run[-1]
-    return segments, runs[-1][-1] in series
+    return segments, runs, runs[-1][-1] in series
 
 
 def _series_points(problem: Problem, order: list[str], position: dict[str, int], weighted: list[str]) -> set[str]:
@@ -326,20 +346,19 @@ def _longest(segment: Segment, choice: tuple[str, ...], entry: str | None, count
     return max(max(finish, default=0.0), max(work.values(), default=0.0))
 
 
-def _column(segments: list[Segment], choices: list[tuple[str, ...] | None],
-            counts: dict[str, int]) -> tuple[float, dict[str, float]] | None:
-    """A placement of every segment as the master's column: its summed longest paths and memory per kind."""
-    if any(c is None for c in choices):
-        return None
-    total, memory = 0.0, {}  # type: tuple[float, dict[str, float]]
+def _column(segments: list[Segment], choices: list[tuple[str, ...] | None], counts: dict[str, int]) -> Column | None:
+    """A placement of every segment as the master's column: its summed windows, memory per kind, and kinds."""
+    total, memory, kinds = 0.0, {}, []  # type: tuple[float, dict[str, float], list[tuple[str, ...]]]
     entry = None
     for segment, choice in zip(segments, choices):
-        assert choice is not None
+        if choice is None:
+            return None
         total += _longest(segment, choice, entry, counts)
         for item, k in zip(segment, choice):
             memory[k] = memory.get(k, 0.0) + item.memory
         entry = choice[-1]
-    return total, memory
+        kinds.append(choice)
+    return total, memory, kinds
 
 
 def _uniform_choices(segments: list[Segment], kinds: list[str]) -> list[list[tuple[str, ...] | None]]:
@@ -352,19 +371,19 @@ def _uniform_choices(segments: list[Segment], kinds: list[str]) -> list[list[tup
     return out
 
 
-def _master(columns: list, capacity: dict[str, float], kinds: list[str]) -> tuple[float, dict[str, float]] | None:
-    """The least mix of the columns (placements) within every kind's memory, and the memory prices it implies
-    (its duals); None where no mix fits."""
-    columns = [c for c in columns if c is not None]
+def _master(columns: list[Column], capacity: dict[str, float],
+            kinds: list[str]) -> tuple[float, dict[str, float], list[tuple[float, Column]]] | None:
+    """The least mix of the columns (placements) within every kind's memory, the memory prices it implies
+    (its duals), and each column's weight; None where no mix fits."""
     finite = [k for k in kinds if math.isfinite(capacity[k])]
     if not columns or not finite:
         return None
-    a_ub = np.array([[memory.get(k, 0.0) / capacity[k] for _, memory in columns] for k in finite])  # rows of 1
-    res = linprog(np.array([total for total, _ in columns]), A_ub=a_ub, b_ub=np.ones(len(finite)),
+    a_ub = np.array([[column[1].get(k, 0.0) / capacity[k] for column in columns] for k in finite])  # rows of 1
+    res = linprog(np.array([column[0] for column in columns]), A_ub=a_ub, b_ub=np.ones(len(finite)),
                   A_eq=np.ones((1, len(columns))), b_eq=np.ones(1), bounds=[(0, None)] * len(columns), method="highs")
     if res.status != 0:
         return None
     prices = {k: 0.0 for k in kinds}
     for r, k in enumerate(finite):
         prices[k] = max(0.0, -float(res.ineqlin.marginals[r])) / capacity[k]
-    return float(res.fun), prices
+    return float(res.fun), prices, list(zip(map(float, res.x), columns))

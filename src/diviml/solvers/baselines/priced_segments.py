@@ -1,0 +1,116 @@
+"""Baseline: the memory segments bound's mix of placements made into a plan (latency where memory binds).
+
+The bound (:mod:`diviml.bounds._segments`) ends with a few whole placements, each a kind of device per task,
+whose weighted memory fits every kind's. A plan cannot run a weighted mix, but a model of many segments can
+run each placement on its share of them: the segments are spliced in order, each placement taking a run of
+them that holds its weight's share of the memory. Tasks then move off any kind still over its memory (the
+least time lost per byte first), each kind keeping a margin for packing whole tasks into its devices, and
+HEFT places every task on a device of its kind (earliest finish, within memory), so parallel branches spread
+over a kind's devices and chains stay on one. A tighter margin is tried first, a looser one where HEFT cannot
+pack the devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ...bounds import memory_segments_relaxation
+from ...errors import InfeasibleError
+from ...plan import Plan
+from ...problem import Problem
+from ..engines.jobs import JobGraph
+from ..engines.plans import Stopwatch, plan_from_jobs
+from .heft import heft_schedule
+
+__all__ = ["priced_segments_plan"]
+
+NAME = "priced segments"
+MARGINS = (1.0, 0.98, 0.95, 0.9)  # of each kind's memory the spliced placement may fill
+LEAST_WEIGHT = 1e-3  # a placement of less weight in the mix is left out (it would take a task or two)
+
+
+def priced_segments_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
+    """The plan described above, or None where the bound left no mix (it did not apply or ran out of time)
+    or no margin lets HEFT pack the devices."""
+    relaxation = memory_segments_relaxation(problem)
+    if relaxation is None or not relaxation.mix:
+        return None
+    spliced = _splice(problem, relaxation.mix)
+    devices_of: dict[str, list[str]] = {}
+    for device in problem.platform.devices:
+        devices_of.setdefault(device.type, []).append(device.name)
+    whole = JobGraph.whole(problem)
+    for margin in MARGINS:
+        if watch.expired:
+            break
+        kind_of = _fit(problem, spliced, margin)
+        jobs = dataclasses.replace(whole, only={(t, 0): tuple(devices_of[k]) for t, k in kind_of.items()})
+        try:
+            placement, start, _ = heft_schedule(jobs)
+        except InfeasibleError:
+            continue
+        return plan_from_jobs(jobs, placement, start, solver=NAME, status="feasible", watch=watch, notes=[
+            f"the memory segments bound's {len(relaxation.mix)} placements spliced over the model, "
+            f"{margin:.1%} of each kind's memory filled at most, devices by HEFT"])
+    return None
+
+
+def _splice(problem: Problem, mix) -> dict[str, str]:
+    """Task -> kind: the placements in turn, each over the run of tasks (in topological order) that holds
+    its weight's share of the memory."""
+    graph = problem.graph
+    mix = [(w, kinds) for w, kinds in mix if w >= LEAST_WEIGHT] or [max(mix, key=lambda wk: wk[0])]
+    scale = sum(w for w, _ in mix)
+    mix = [(w / scale, kinds) for w, kinds in mix]
+    tasks = [t for t in graph.topological_order if t in mix[0][1]]
+    total = sum(graph.by_id[t].memory_bytes for t in tasks) or 1.0
+    edges, reached = [], 0.0
+    for weight, _ in mix:
+        reached += weight
+        edges.append(reached * total)
+    out, held, k = {}, 0.0, 0
+    for t in tasks:
+        middle = held + graph.by_id[t].memory_bytes / 2
+        while k < len(mix) - 1 and middle > edges[k]:
+            k += 1
+        out[t] = mix[k][1][t]
+        held += graph.by_id[t].memory_bytes
+    return out
+
+
+def _fit(problem: Problem, kind_of: dict[str, str], margin: float) -> dict[str, str]:
+    """``kind_of`` with tasks moved off kinds holding more than ``margin`` of their memory: each move the
+    least time lost per byte, to a kind with room that the task may run on."""
+    graph, platform = problem.graph, problem.platform
+    capacity: dict[str, float] = {}
+    for device in platform.devices:
+        capacity[device.type] = capacity.get(device.type, 0.0) + device.memory_bytes * margin
+    time_on: dict[str, dict[str, float]] = {}
+    for t in kind_of:
+        for name in problem.allowed_devices[t]:
+            time_on.setdefault(t, {})[platform.by_name[name].type] = problem.time(t, name)
+    held = {k: 0.0 for k in capacity}
+    for t, k in kind_of.items():
+        held[k] += graph.by_id[t].memory_bytes
+    out = dict(kind_of)
+
+    def target(t: str, k: str) -> tuple[float, str]:  # time lost per byte moving t off k, and where to
+        need = graph.by_id[t].memory_bytes
+        room = [(time_on[t][j] - time_on[t][k], j) for j in time_on[t] if j != k and held[j] + need <= capacity[j]]
+        lost, j = min(room, default=(float("inf"), k))
+        return lost / need, j
+
+    for k in sorted(capacity, key=lambda k: held[k] - capacity[k], reverse=True):
+        if held[k] <= capacity[k]:
+            continue
+        movable = sorted((t for t in out if out[t] == k and graph.by_id[t].memory_bytes > 0),
+                         key=lambda t: target(t, k)[0])
+        for t in movable:  # cheapest first, each sent where there is room when its turn comes
+            if held[k] <= capacity[k]:
+                break
+            j = target(t, k)[1]
+            if j != k:
+                out[t] = j
+                held[k] -= graph.by_id[t].memory_bytes
+                held[j] += graph.by_id[t].memory_bytes
+    return out

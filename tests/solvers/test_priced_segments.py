@@ -1,0 +1,49 @@
+"""The priced segments baseline: the memory segments bound's placements, spliced and packed by HEFT, make a
+valid plan that puts memory where it costs least time, which HEFT's earliest-finish greed does not."""
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import graph
+
+import diviml
+from diviml import Objective, Problem
+from diviml.bounds import lower_bound, memory_segments_relaxation
+from diviml.solvers.baselines.priced_segments import priced_segments_plan
+from diviml.solvers.engines.plans import Stopwatch
+from diviml.validate import validate
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "bounds"))
+from test_segments import _platform, _random_problem  # noqa: E402
+
+
+def test_memory_goes_to_the_tasks_that_are_slow_without_the_fast_device():
+    # a chain alternating light tasks (1 s fast, 1.2 s slow) and heavy ones (1 s fast, 10 s slow), 10 bytes
+    # each; the fast device holds four. HEFT fills it with the first four and leaves two heavy tasks to the
+    # slow device (26.4 s); the bound's placement gives it the four heavy ones (8.87 s with the transfers)
+    spec = {f"t{i}": ({"x": 1.2 if i % 2 == 0 else 10.0, "y": 1.0}, 1.0) for i in range(8)}
+    g = graph(spec, [(f"t{i}", f"t{i + 1}") for i in range(7)], **{t: {"memory_bytes": 10.0} for t in spec})
+    p = Problem(g, _platform(40.0, bandwidth=100.0), Objective())
+    assert diviml.solve(p, "heft", time_limit=10).objective == pytest.approx(26.41)
+    lower_bound(p)
+    plan = priced_segments_plan(p, Stopwatch(10))
+    assert plan is not None and plan.objective == pytest.approx(8.87) and validate(plan, p).ok
+    assert {a.task for a in plan.assignments if a.device == "fast"} == {"t1", "t3", "t5", "t7"}
+
+
+def test_nothing_without_the_bounds_placements():
+    g = graph({t: ({"x": 3, "y": 1}, 0.0) for t in "ab"}, [("a", "b")], a={"memory_bytes": 10.0})
+    roomy = Problem(g, _platform(100.0), Objective())
+    lower_bound(roomy)  # memory does not bind: the bound does not run
+    assert memory_segments_relaxation(roomy) is None and priced_segments_plan(roomy, Stopwatch(10)) is None
+    assert priced_segments_plan(Problem(g, _platform(5.0), Objective()), Stopwatch(10)) is None  # not yet bounded
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_its_plans_are_valid_and_no_better_than_the_bound(seed):
+    p = _random_problem(seed)
+    bound = lower_bound(p)
+    plan = priced_segments_plan(p, Stopwatch(10))
+    if plan is not None:
+        assert validate(plan, p).ok and plan.objective >= bound * (1 - 1e-9)
