@@ -20,6 +20,7 @@ GPT-3's prefill on six servers 21.13 s -> 22.35 s (9 s on the 2-core machine).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from time import perf_counter
@@ -31,27 +32,14 @@ from scipy.sparse import lil_matrix
 from ..problem import Problem
 from ..validate import ABS_TOL, REL_TOL
 from ._lp import _unit
+from ._series import MAX_TASKS, Segment, segments_of
 from ._simple import _unit_costs
 
 __all__ = ["Relaxation", "memory_segments_bound", "memory_segments_relaxation"]
 
-MAX_SEGMENT = 48  # tasks in one segment's MILP; a graph with a larger segment is not bounded this way
 PRICE_LIMIT_S = 5.0  # at most, per segment MILP (its dual bound counts when it is cut short)
+ENUMERATED = 256  # a segment with at most this many placements is priced by trying them all (a MILP: 10 ms)
 
-Costs = tuple[tuple[tuple[str, str], float], ...]  # ((kind from, kind to), least time) for kinds that differ
-
-
-@dataclass(frozen=True)
-class _Item:
-    """A task of a segment: time per allowed kind, memory, predecessors inside the segment with the least
-    transfer per pair of kinds, and the least transfer from the previous series point (() if not fed by it)."""
-    times: tuple[tuple[str, float], ...]
-    memory: float
-    preds: tuple[tuple[int, Costs], ...]
-    entry: Costs
-
-
-Segment = tuple[_Item, ...]  # in topological order; the last one is the series point closing it (if any)
 Column = tuple[float, dict[str, float], list[tuple[str, ...]]]  # summed windows, memory per kind, kinds per segment
 
 
@@ -73,10 +61,10 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     kinds = sorted({d.type for d in problem.platform.devices})
     capacity = _capacities(problem, kinds)
     total = sum(t.memory_bytes for t in problem.graph.tasks)
-    if all(c >= total for c in capacity.values()):
-        return 0.0  # memory keeps nothing off its fastest kind: no price to pay
+    if all(c >= total for c in capacity.values()) or len(problem.graph) > MAX_TASKS:
+        return 0.0  # memory keeps nothing off its fastest kind (no price to pay), or too large a graph
     unit = _unit(_unit_costs(problem))
-    chain = _segments(problem, kinds, unit)
+    chain = segments_of(problem, kinds, unit)
     if chain is None:
         return 0.0
     segments, runs, closed = chain
@@ -118,124 +106,13 @@ def _capacities(problem: Problem, kinds: list[str]) -> dict[str, float]:
             for k, c in pooled.items()}
 
 
-def _segments(problem: Problem, kinds: list[str], unit: float) -> tuple[list[Segment], list[list[str]], bool] | None:
-    """The graph's segments in order (times scaled by ``unit``), their tasks, and whether the last one ends at
-    a series point; None where a segment holds more than ``MAX_SEGMENT`` tasks."""
-    graph = problem.graph
-    order = list(graph.topological_order)
-    position = {t: i for i, t in enumerate(order)}
-    weighted = [t for t in order if graph.by_id[t].memory_bytes > 0
-                or any(problem.time(t, d) > 0 for d in problem.allowed_devices[t])]
-    series = _series_points(problem, order, position, weighted)
-    runs: list[list[str]] = [[]]
-    for t in weighted:
-        runs[-1].append(t)
-        if t in series:
-            runs.append([])
-    runs = [run for run in runs if run]
-    if not runs or any(len(run) > MAX_SEGMENT for run in runs):
-        return None
-    moves, stops = _Moves(problem, kinds), set(weighted)
-    segments, previous = [], None
-    for run in runs:
-        segments.append(_segment(problem, run, previous, stops, moves, unit))
-        previous = run[-1]
-    return segments, runs, runs[-1][-1] in series
-
-
-def _series_points(problem: Problem, order: list[str], position: dict[str, int], weighted: list[str]) -> set[str]:
-    """The weighted tasks that every other weighted task precedes or follows (ancestor sets as bitsets)."""
-    graph = problem.graph
-    ancestors: dict[str, int] = {}
-    for t in order:
-        bits = 0
-        for u in graph.predecessors[t]:
-            bits |= ancestors[u] | (1 << position[u])
-        ancestors[t] = bits
-    descendants: dict[str, int] = {}
-    for t in reversed(order):
-        bits = 0
-        for v in graph.successors[t]:
-            bits |= descendants[v] | (1 << position[v])
-        descendants[t] = bits
-    mask = sum(1 << position[t] for t in weighted)
-    series, before = set(), 0
-    for t in weighted:
-        own = 1 << position[t]
-        if ancestors[t] & mask == before and descendants[t] & mask == mask & ~before & ~own:
-            series.add(t)
-        before |= own
-    return series
-
-
-class _Moves:
-    """The least time a task's output takes from a device of one kind to one of another (any route through a
-    third kind counted, as a chain of tasks may take it), memoised by size."""
-
-    def __init__(self, problem: Problem, kinds: list[str]):
-        self.problem, self.kinds = problem, kinds
-        self.by_kind = {k: [d.name for d in problem.platform.devices if d.type == k] for k in kinds}
-        self.memo: dict[float, Costs] = {}
-
-    def costs(self, task: str, unit: float) -> Costs:
-        t = self.problem.graph.by_id[task]
-        if t.output_bytes not in self.memo:
-            transfer = self.problem.platform.transfer_time
-            least = {(a, b): 0.0 if a == b else min(transfer(t, x, y) for x in self.by_kind[a] for y in self.by_kind[b])
-                     for a in self.kinds for b in self.kinds}
-            for via in self.kinds:  # Floyd-Warshall
-                for a in self.kinds:
-                    for b in self.kinds:
-                        least[a, b] = min(least[a, b], least[a, via] + least[via, b])
-            self.memo[t.output_bytes] = tuple((pair, cost) for pair, cost in least.items() if cost > 0)
-        return tuple((pair, cost * unit) for pair, cost in self.memo[t.output_bytes])
-
-
-def _reach(problem: Problem, source: str, weighted: set[str]) -> dict[str, str]:
-    """The weighted tasks ``source`` feeds directly or through tasks of no time and no memory, each with the
-    smallest output on the way (what a transfer between them moves at least)."""
-    graph = problem.graph
-    size = {t: graph.by_id[t].output_bytes for t in graph.by_id}
-    found: dict[str, str] = {}
-    carried = {source: source}
-    stack = [source]
-    while stack:
-        t = stack.pop()
-        for v in graph.successors[t]:
-            if v in weighted:
-                if v not in found or size[carried[t]] < size[found[v]]:
-                    found[v] = carried[t]
-                continue
-            smallest = min(carried[t], v, key=size.__getitem__)
-            if v not in carried or size[smallest] < size[carried[v]]:
-                carried[v] = smallest
-                stack.append(v)
-    return found
-
-
-def _segment(problem: Problem, run: list[str], previous: str | None, weighted: set[str], moves: _Moves,
-             unit: float) -> Segment:
-    """The tasks of ``run`` as items: times per kind (scaled), memory, transfers from earlier ones and from
-    the series point ``previous``."""
-    graph, platform = problem.graph, problem.platform
-    local = {t: i for i, t in enumerate(run)}
-    feeds = {u: _reach(problem, u, weighted) for u in run + ([previous] if previous else [])}
-    items = []
-    for t in run:
-        times = {}
-        for d in problem.allowed_devices[t]:
-            times[platform.by_name[d].type] = problem.time(t, d) * unit
-        preds = tuple((local[u], moves.costs(feeds[u][t], unit)) for u in run if t in feeds[u])
-        entry = moves.costs(feeds[previous][t], unit) if previous and t in feeds[previous] else ()
-        items.append(_Item(tuple(sorted(times.items())), graph.by_id[t].memory_bytes, preds, entry))
-    return tuple(items)
-
-
 def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_: str | None, counts: dict[str, int],
            stop: float) -> tuple[float, tuple[str, ...] | None]:
     """The least longest path plus priced memory over whole-task placements of ``segment`` whose series point
     runs on ``exit_`` (None: any), entered from a series point on ``entry``: a lower bound on it (the MILP's
     dual bound) and the placement found (None if none)."""
+    if math.prod(len(item.times) for item in segment) <= ENUMERATED:
+        return _enumerate(segment, prices, entry, exit_, counts)
     col: dict = {}
     for i, item in enumerate(segment):
         for k, _ in item.times:
@@ -275,6 +152,21 @@ def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_:
         return max(0.0, value), None
     choice = tuple(max(item.times, key=lambda kt: res.x[col["x", i, kt[0]]])[0] for i, item in enumerate(segment))
     return min(value, res.fun), choice
+
+
+def _enumerate(segment: Segment, prices: dict[str, float], entry: str | None, exit_: str | None,
+               counts: dict[str, int]) -> tuple[float, tuple[str, ...] | None]:
+    """:func:`_price` by trying every placement."""
+    options = [[k for k, _ in item.times] for item in segment]
+    if exit_ is not None:
+        options[-1] = [k for k in options[-1] if k == exit_]
+    best: tuple[float, tuple[str, ...] | None] = (math.inf, None)
+    for choice in itertools.product(*options):
+        value = _longest(segment, choice, entry, counts)
+        value += sum(prices.get(k, 0.0) * item.memory for item, k in zip(segment, choice))
+        if value < best[0]:
+            best = (value, choice)
+    return best
 
 
 def _path_rows(segment: Segment, col: dict, entry: str | None) -> tuple[list[dict], list[float]]:

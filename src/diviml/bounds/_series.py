@@ -1,0 +1,145 @@
+"""A graph's segments between series points, as the memory segments bound prices them (:mod:`._segments`).
+
+A series point is a task that every other task of nonzero time or memory precedes or follows; a segment is a
+run of such tasks between two series points, each with its time per kind of device, its memory, and the
+least transfer from its predecessors in the segment and from the previous series point, per pair of kinds
+(tasks of no time and no memory in between are passed through: a transfer moves at least the smallest
+tensor on the way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..problem import Problem
+
+MAX_SEGMENT = 48  # tasks in one segment's MILP; a graph with a larger segment is not bounded this way
+MAX_TASKS = 20_000  # ancestor sets as bitsets take tasks^2 / 8 bytes: 50 MB here
+
+Costs = tuple[tuple[tuple[str, str], float], ...]  # ((kind from, kind to), least time) for kinds that differ
+
+
+@dataclass(frozen=True)
+class Item:
+    """A task of a segment: time per allowed kind, memory, predecessors inside the segment with the least
+    transfer per pair of kinds, and the least transfer from the previous series point (() if not fed by it)."""
+    times: tuple[tuple[str, float], ...]
+    memory: float
+    preds: tuple[tuple[int, Costs], ...]
+    entry: Costs
+
+
+Segment = tuple[Item, ...]  # in topological order; the last one is the series point closing it (if any)
+
+
+def segments_of(problem: Problem, kinds: list[str], unit: float) -> tuple[list[Segment], list[list[str]], bool] | None:
+    """The graph's segments in order (times scaled by ``unit``), their tasks, and whether the last one ends at
+    a series point; None where a segment holds more than ``MAX_SEGMENT`` tasks."""
+    graph = problem.graph
+    order = list(graph.topological_order)
+    position = {t: i for i, t in enumerate(order)}
+    weighted = [t for t in order if graph.by_id[t].memory_bytes > 0
+                or any(problem.time(t, d) > 0 for d in problem.allowed_devices[t])]
+    series = _series_points(problem, order, position, weighted)
+    runs: list[list[str]] = [[]]
+    for t in weighted:
+        runs[-1].append(t)
+        if t in series:
+            runs.append([])
+    runs = [run for run in runs if run]
+    if not runs or any(len(run) > MAX_SEGMENT for run in runs):
+        return None
+    moves, stops = _Moves(problem, kinds), set(weighted)
+    segments, previous = [], None
+    for run in runs:
+        segments.append(_segment(problem, run, previous, stops, moves, unit))
+        previous = run[-1]
+    return segments, runs, runs[-1][-1] in series
+
+
+def _series_points(problem: Problem, order: list[str], position: dict[str, int], weighted: list[str]) -> set[str]:
+    """The weighted tasks that every other weighted task precedes or follows (ancestor sets as bitsets)."""
+    graph = problem.graph
+    ancestors: dict[str, int] = {}
+    for t in order:
+        bits = 0
+        for u in graph.predecessors[t]:
+            bits |= ancestors[u] | (1 << position[u])
+        ancestors[t] = bits
+    descendants: dict[str, int] = {}
+    for t in reversed(order):
+        bits = 0
+        for v in graph.successors[t]:
+            bits |= descendants[v] | (1 << position[v])
+        descendants[t] = bits
+    mask = sum(1 << position[t] for t in weighted)
+    series, before = set(), 0
+    for t in weighted:
+        own = 1 << position[t]
+        if ancestors[t] & mask == before and descendants[t] & mask == mask & ~before & ~own:
+            series.add(t)
+        before |= own
+    return series
+
+
+class _Moves:
+    """The least time a task's output takes from a device of one kind to one of another (any route through a
+    third kind counted, as a chain of tasks may take it), memoised by size."""
+
+    def __init__(self, problem: Problem, kinds: list[str]):
+        self.problem, self.kinds = problem, kinds
+        self.by_kind = {k: [d.name for d in problem.platform.devices if d.type == k] for k in kinds}
+        self.memo: dict[float, Costs] = {}
+
+    def costs(self, task: str, unit: float) -> Costs:
+        t = self.problem.graph.by_id[task]
+        if t.output_bytes not in self.memo:
+            transfer = self.problem.platform.transfer_time
+            least = {(a, b): 0.0 if a == b else min(transfer(t, x, y) for x in self.by_kind[a] for y in self.by_kind[b])
+                     for a in self.kinds for b in self.kinds}
+            for via in self.kinds:  # Floyd-Warshall
+                for a in self.kinds:
+                    for b in self.kinds:
+                        least[a, b] = min(least[a, b], least[a, via] + least[via, b])
+            self.memo[t.output_bytes] = tuple((pair, cost) for pair, cost in least.items() if cost > 0)
+        return tuple((pair, cost * unit) for pair, cost in self.memo[t.output_bytes])
+
+
+def _reach(problem: Problem, source: str, weighted: set[str]) -> dict[str, str]:
+    """The weighted tasks ``source`` feeds directly or through tasks of no time and no memory, each with the
+    smallest output on the way (what a transfer between them moves at least)."""
+    graph = problem.graph
+    size = {t: graph.by_id[t].output_bytes for t in graph.by_id}
+    found: dict[str, str] = {}
+    carried = {source: source}
+    stack = [source]
+    while stack:
+        t = stack.pop()
+        for v in graph.successors[t]:
+            if v in weighted:
+                if v not in found or size[carried[t]] < size[found[v]]:
+                    found[v] = carried[t]
+                continue
+            smallest = min(carried[t], v, key=size.__getitem__)
+            if v not in carried or size[smallest] < size[carried[v]]:
+                carried[v] = smallest
+                stack.append(v)
+    return found
+
+
+def _segment(problem: Problem, run: list[str], previous: str | None, weighted: set[str], moves: _Moves,
+             unit: float) -> Segment:
+    """The tasks of ``run`` as items: times per kind (scaled), memory, transfers from earlier ones and from
+    the series point ``previous``."""
+    graph, platform = problem.graph, problem.platform
+    local = {t: i for i, t in enumerate(run)}
+    feeds = {u: _reach(problem, u, weighted) for u in run + ([previous] if previous else [])}
+    items = []
+    for t in run:
+        times = {}
+        for d in problem.allowed_devices[t]:
+            times[platform.by_name[d].type] = problem.time(t, d) * unit
+        preds = tuple((local[u], moves.costs(feeds[u][t], unit)) for u in run if t in feeds[u])
+        entry = moves.costs(feeds[previous][t], unit) if previous and t in feeds[previous] else ()
+        items.append(Item(tuple(sorted(times.items())), graph.by_id[t].memory_bytes, preds, entry))
+    return tuple(items)
