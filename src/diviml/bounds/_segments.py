@@ -8,14 +8,15 @@ of the windows, each at least the segment's longest path and its work on each ki
 that kind's devices. With whole tasks on kinds of device (devices of one type pool their memory) and transfers
 priced between kinds at their cheapest, the bound is the least such sum whose placement holds every kind's
 memory. Relaxing memory with prices ``pi`` per byte and kind (Lagrange) splits it into a dynamic program over
-the segments, the state being the kind that runs the series point; each segment's cheapest placement for a
-given entry and exit kind is a small MILP (HiGHS), and identical segments (a model's repeated layers) are
-priced once. The prices come from a master LP over the placements found so far (column generation), and every
+the segments (:mod:`._series` finds them), the state being the kind that runs the series point; each
+segment's cheapest placement for a given entry and exit kind is a small MILP (HiGHS) or, where it has few
+placements, the best of them all, and identical segments (a model's repeated layers) are priced once. The prices come from a master LP over the placements found so far (column generation), and every
 set of prices gives a valid bound, so the best one found before the deadline is kept.
 
 Against the memory path LP (fractional tasks, free transfers) it gains where parallel branches let fractions
-of many tasks hide their slow share (q, k and v of attention) and where memory pushes layers across servers:
-GPT-3's prefill on six servers 21.13 s -> 22.35 s (9 s on the 2-core machine).
+of many tasks hide their slow share, where memory pushes layers across servers, and where a kind has few
+devices: GPT-3's prefill 21.13 s -> 22.35 s on six-servers, 42.77 -> 48.61 s on a100-ib-2x8, 36.03 ->
+44.57 s on h100-nvlink-8 (9-18 s each on the 2-core machine).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ._simple import _unit_costs
 __all__ = ["Relaxation", "memory_segments_bound", "memory_segments_relaxation"]
 
 PRICE_LIMIT_S = 5.0  # at most, per segment MILP (its dual bound counts when it is cut short)
+CONVERGED = 1e-4  # the master's value within this share of the best bound: the prices are good enough
 ENUMERATED = 256  # a segment with at most this many placements is priced by trying them all (a MILP: 10 ms)
 
 Column = tuple[float, dict[str, float], list[tuple[str, ...]]]  # summed windows, memory per kind, kinds per segment
@@ -74,7 +76,9 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     prices = {k: 0.0 for k in kinds}
     counts = {k: sum(d.type == k for d in problem.platform.devices) for k in kinds}
     columns = [_column(segments, choice, counts) for choice in _uniform_choices(segments, kinds)]
-    master = None
+    master = _master([c for c in columns if c is not None], capacity, kinds)
+    if master is not None:  # the first prices from every task on one kind (prices of 0 prove the critical path)
+        prices = master[1]
     while perf_counter() < stop:
         walk = _walk(segments, index, closed, counts, prices, stop)
         if walk is None:
@@ -83,7 +87,7 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
         best = max(best, value - sum(prices[k] * capacity[k] for k in kinds if math.isfinite(capacity[k])))
         columns.append(_column(segments, choices, counts))
         master = _master([c for c in columns if c is not None], capacity, kinds)
-        if master is None or master[0] - best <= 1e-6 * abs(master[0]):
+        if master is None or master[0] - best <= CONVERGED * abs(master[0]):
             break
         prices = master[1]
     if master is not None:

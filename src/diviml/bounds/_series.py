@@ -50,9 +50,10 @@ def segments_of(problem: Problem, kinds: list[str], unit: float) -> tuple[list[S
     if not runs or any(len(run) > MAX_SEGMENT for run in runs):
         return None
     moves, stops = _Moves(problem, kinds), set(weighted)
+    size = {t.id: t.output_bytes for t in graph.tasks}
     segments, previous = [], None
     for run in runs:
-        segments.append(_segment(problem, run, previous, stops, moves, unit))
+        segments.append(_segment(problem, run, previous, stops, moves, unit, size))
         previous = run[-1]
     return segments, runs, runs[-1][-1] in series
 
@@ -105,11 +106,10 @@ class _Moves:
         return tuple((pair, cost * unit) for pair, cost in self.memo[t.output_bytes])
 
 
-def _reach(problem: Problem, source: str, weighted: set[str]) -> dict[str, str]:
+def _reach(problem: Problem, source: str, weighted: set[str], size: dict[str, float]) -> dict[str, str]:
     """The weighted tasks ``source`` feeds directly or through tasks of no time and no memory, each with the
-    smallest output on the way (what a transfer between them moves at least)."""
+    smallest output on the way (``size``: output bytes per task; a transfer between them moves at least that)."""
     graph = problem.graph
-    size = {t: graph.by_id[t].output_bytes for t in graph.by_id}
     found: dict[str, str] = {}
     carried = {source: source}
     stack = [source]
@@ -128,12 +128,12 @@ def _reach(problem: Problem, source: str, weighted: set[str]) -> dict[str, str]:
 
 
 def _segment(problem: Problem, run: list[str], previous: str | None, weighted: set[str], moves: _Moves,
-             unit: float) -> Segment:
+             unit: float, size: dict[str, float]) -> Segment:
     """The tasks of ``run`` as items: times per kind (scaled), memory, transfers from earlier ones and from
     the series point ``previous``."""
     graph, platform = problem.graph, problem.platform
     local = {t: i for i, t in enumerate(run)}
-    feeds = {u: _reach(problem, u, weighted) for u in run + ([previous] if previous else [])}
+    feeds = {u: _reach(problem, u, weighted, size) for u in run + ([previous] if previous else [])}
     items = []
     for t in run:
         times = {}
