@@ -81,8 +81,8 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
         prices = master[1]
     while perf_counter() < stop:
         walk = _walk(segments, index, closed, counts, prices, stop)
-        if walk is None:
-            break
+        if walk is None or not math.isfinite(walk[0]):
+            break  # out of time, or no kind can run some series point (the solvers will say so)
         value, choices = walk
         best = max(best, value - sum(prices[k] * capacity[k] for k in kinds if math.isfinite(capacity[k])))
         columns.append(_column(segments, choices, counts))

@@ -13,6 +13,7 @@ pack the devices.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from ...bounds import memory_segments_relaxation
 from ...errors import InfeasibleError
@@ -55,7 +56,7 @@ def priced_segments_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
     return None
 
 
-def _splice(problem: Problem, mix) -> dict[str, str]:
+def _splice(problem: Problem, mix: Sequence[tuple[float, dict[str, str]]]) -> dict[str, str]:
     """Task -> kind: the placements in turn, each over the run of tasks (in topological order) that holds
     its weight's share of the memory."""
     graph = problem.graph
