@@ -62,6 +62,19 @@ def test_a_layer_on_one_device_pays_its_work_there():
     assert plan.objective >= 49 and plan.bound_source == "memory segments"
 
 
+def test_a_given_transfer_time_is_not_taken_for_a_small_tensors_cost():
+    # a (fast device only) -> view -> b (slow device only); the view's output is half the size of a's but is
+    # given a transfer time of 100 s, so the cheap move is a's output (1 s), with the view beside b:
+    # 1 + 1 + 3 = 5 (a move priced by the smaller tensor alone would say 104)
+    times = {"a": ({"x": 3, "y": 1}, 1.0), "view": ({"x": 0, "y": 0}, 0.5), "b": ({"x": 3, "y": 1}, 1.0)}
+    g = graph(times, [("a", "view"), ("view", "b")], a={"memory_bytes": 10.0, "allowed_types": frozenset("y")},
+              b={"memory_bytes": 10.0, "allowed_types": frozenset("x")}, view={"transfer_time": 100.0})
+    p = Problem(g, _platform(10.0, bandwidth=1.0), Objective())
+    plan = diviml.solve(p, "exact", time_limit=10)
+    assert plan.objective == pytest.approx(5) and plan.status == "optimal"
+    assert memory_segments_bound(p) == pytest.approx(5, rel=1e-5)
+
+
 def test_it_says_nothing_where_memory_does_not_bind_or_the_objective_is_not_latency():
     g = graph({t: ({"x": 3, "y": 1}, 0.0) for t in "ab"}, [("a", "b")], a={"memory_bytes": 10.0})
     assert memory_segments_bound(Problem(g, _platform(100.0), Objective())) == 0.0

@@ -3,8 +3,8 @@
 A series point is a task that every other task of nonzero time or memory precedes or follows; a segment is a
 run of such tasks between two series points, each with its time per kind of device, its memory, and the
 least transfer from its predecessors in the segment and from the previous series point, per pair of kinds
-(tasks of no time and no memory in between are passed through: a transfer moves at least the smallest
-tensor on the way).
+(tasks of no time and no memory in between are passed through: a move between two kinds costs at least the
+cheapest of the tensors on the way, per pair of kinds).
 """
 
 from __future__ import annotations
@@ -50,10 +50,9 @@ def segments_of(problem: Problem, kinds: list[str], unit: float) -> tuple[list[S
     if not runs or any(len(run) > MAX_SEGMENT for run in runs):
         return None
     moves, stops = _Moves(problem, kinds), set(weighted)
-    size = {t.id: t.output_bytes for t in graph.tasks}
     segments, previous = [], None
     for run in runs:
-        segments.append(_segment(problem, run, previous, stops, moves, unit, size))
+        segments.append(_segment(problem, run, previous, stops, moves, unit))
         previous = run[-1]
     return segments, runs, runs[-1][-1] in series
 
@@ -84,62 +83,78 @@ def _series_points(problem: Problem, order: list[str], position: dict[str, int],
 
 
 class _Moves:
-    """The least time a task's output takes from a device of one kind to one of another (any route through a
-    third kind counted, as a chain of tasks may take it), memoised by size."""
+    """The least time a task's output takes from a device of one kind to one of another: ``raw`` per pair of
+    kinds that differ (memoised by what a transfer's time depends on: the output's size and any given time),
+    and ``closed``, any route through a third kind counted, as a chain of tasks may take it."""
 
     def __init__(self, problem: Problem, kinds: list[str]):
-        self.problem, self.kinds = problem, kinds
+        self.problem = problem
         self.by_kind = {k: [d.name for d in problem.platform.devices if d.type == k] for k in kinds}
-        self.memo: dict[float, Costs] = {}
+        self.kinds = kinds
+        self.pairs = [(a, b) for a in kinds for b in kinds if a != b]
+        self.memo: dict[tuple, tuple[float, ...]] = {}
 
-    def costs(self, task: str, unit: float) -> Costs:
+    def raw(self, task: str) -> tuple[float, ...]:
         t = self.problem.graph.by_id[task]
-        if t.output_bytes not in self.memo:
+        key = (t.output_bytes, t.transfer_time)
+        if key not in self.memo:
             transfer = self.problem.platform.transfer_time
-            least = {(a, b): 0.0 if a == b else min(transfer(t, x, y) for x in self.by_kind[a] for y in self.by_kind[b])
-                     for a in self.kinds for b in self.kinds}
-            for via in self.kinds:  # Floyd-Warshall
-                for a in self.kinds:
-                    for b in self.kinds:
-                        least[a, b] = min(least[a, b], least[a, via] + least[via, b])
-            self.memo[t.output_bytes] = tuple((pair, cost) for pair, cost in least.items() if cost > 0)
-        return tuple((pair, cost * unit) for pair, cost in self.memo[t.output_bytes])
+            self.memo[key] = tuple(min(transfer(t, x, y) for x in self.by_kind[a] for y in self.by_kind[b])
+                                   for a, b in self.pairs)
+        return self.memo[key]
+
+    def closed(self, least_raw: tuple[float, ...], unit: float) -> Costs:
+        least = dict(zip(self.pairs, least_raw))
+        for k in self.kinds:
+            least[k, k] = 0.0
+        for via in self.kinds:  # Floyd-Warshall
+            for a in self.kinds:
+                for b in self.kinds:
+                    least[a, b] = min(least[a, b], least[a, via] + least[via, b])
+        return tuple(((a, b), least[a, b] * unit) for a, b in self.pairs if least[a, b] > 0)
 
 
-def _reach(problem: Problem, source: str, weighted: set[str], size: dict[str, float]) -> dict[str, str]:
+def _least(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(map(min, a, b))
+
+
+def _reach(problem: Problem, source: str, weighted: set[str], moves: _Moves) -> dict[str, tuple[float, ...]]:
     """The weighted tasks ``source`` feeds directly or through tasks of no time and no memory, each with the
-    smallest output on the way (``size``: output bytes per task; a transfer between them moves at least that)."""
+    least raw transfer per pair of kinds among the outputs on the way (a move between them costs at least
+    that: any route through the tensors on the way moves one of them)."""
     graph = problem.graph
-    found: dict[str, str] = {}
-    carried = {source: source}
+    found: dict[str, tuple[float, ...]] = {}
+    carried = {source: moves.raw(source)}
     stack = [source]
     while stack:
         t = stack.pop()
         for v in graph.successors[t]:
             if v in weighted:
-                if v not in found or size[carried[t]] < size[found[v]]:
-                    found[v] = carried[t]
+                found[v] = _least(found[v], carried[t]) if v in found else carried[t]
                 continue
-            smallest = min(carried[t], v, key=size.__getitem__)
-            if v not in carried or size[smallest] < size[carried[v]]:
-                carried[v] = smallest
-                stack.append(v)
+            least = _least(carried[t], moves.raw(v))
+            if v in carried:
+                least = _least(least, carried[v])
+                if least == carried[v]:
+                    continue  # nothing cheaper this way
+            carried[v] = least
+            stack.append(v)
     return found
 
 
 def _segment(problem: Problem, run: list[str], previous: str | None, weighted: set[str], moves: _Moves,
-             unit: float, size: dict[str, float]) -> Segment:
+             unit: float) -> Segment:
     """The tasks of ``run`` as items: times per kind (scaled), memory, transfers from earlier ones and from
     the series point ``previous``."""
     graph, platform = problem.graph, problem.platform
     local = {t: i for i, t in enumerate(run)}
-    feeds = {u: _reach(problem, u, weighted, size) for u in run + ([previous] if previous else [])}
+    feeds = {u: _reach(problem, u, weighted, moves) for u in run + ([previous] if previous else [])}
     items = []
     for t in run:
         times = {}
         for d in problem.allowed_devices[t]:
             times[platform.by_name[d].type] = problem.time(t, d) * unit
-        preds = tuple((local[u], moves.costs(feeds[u][t], unit)) for u in run if t in feeds[u])
-        entry = moves.costs(feeds[previous][t], unit) if previous and t in feeds[previous] else ()
+        preds = tuple((local[u], moves.closed(feeds[u][t], unit)) for u in run if t in feeds[u])
+        entry = moves.closed(feeds[previous][t], unit) if previous and t in feeds[previous] else ()
         items.append(Item(tuple(sorted(times.items())), graph.by_id[t].memory_bytes, preds, entry))
     return tuple(items)
