@@ -11,8 +11,7 @@ import math
 from time import perf_counter
 
 from ..problem import Problem
-from ..validate import ABS_TOL, REL_TOL
-from ._lp import _KeyedLP, _unit
+from ._lp import _KeyedLP, _tolerated, _unit
 from ._simple import _cheapest_move, _unit_costs
 
 SINGLE_SIZES = 16  # part sizes priced one by one up to here; above, in ranges that double
@@ -132,4 +131,4 @@ def _memory_rows(problem: Problem, lp: _KeyedLP, share: dict[str, dict[str, dict
                 for key, x in share[t.id].get(device.name, {}).items():
                     row[key] = x * t.memory_bytes / scale
         if row:
-            lp.ub(row, (capacity * (1 + 2 * REL_TOL) + ABS_TOL) / scale)
+            lp.ub(row, _tolerated(capacity) / scale)

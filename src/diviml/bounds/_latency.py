@@ -6,8 +6,7 @@ import math
 from time import perf_counter
 
 from ..problem import Problem
-from ..validate import ABS_TOL, REL_TOL
-from ._lp import _KeyedLP, _unit
+from ._lp import _KeyedLP, _pooled_memory, _tolerated, _unit
 from ._simple import _cheapest_move, _unit_costs
 
 
@@ -22,9 +21,7 @@ def memory_path_bound(problem: Problem, time_limit: float | None = None) -> floa
     if problem.objective.kind != "latency":
         return 0.0
     graph, platform = problem.graph, problem.platform
-    kinds: dict[str, float] = {}
-    for d in platform.devices:
-        kinds[d.type] = kinds.get(d.type, 0.0) + d.memory_bytes
+    kinds = _pooled_memory(problem)
     total = sum(t.memory_bytes for t in graph.tasks)
     if all(capacity >= total for capacity in kinds.values()):
         return 0.0  # memory keeps nothing off its fastest kind: the critical path says as much
@@ -62,7 +59,7 @@ def memory_path_bound(problem: Problem, time_limit: float | None = None) -> floa
         if math.isfinite(capacity):
             held = {("x", t.id, k): t.memory_bytes / scale for t in graph.tasks
                     if t.memory_bytes > 0 and lp.has(("x", t.id, k))}
-            lp.ub(held, (capacity * (1 + 2 * REL_TOL) + ABS_TOL * len(platform.devices)) / scale)
+            lp.ub(held, _tolerated(capacity, len(platform.devices)) / scale)
     value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
     return value / unit * (1 - 1e-6) if value is not None else 0.0
 

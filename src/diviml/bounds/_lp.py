@@ -7,6 +7,22 @@ from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 
 from ..problem import Problem
+from ..validate import ABS_TOL, REL_TOL
+
+
+def _tolerated(capacity: float, devices: int = 1) -> float:
+    """The memory the validator lets ``devices`` devices of ``capacity`` bytes in all hold (its tolerance):
+    what a bound's memory row allows, so that no plan it accepts is cut off."""
+    return capacity * (1 + 2 * REL_TOL) + ABS_TOL * devices
+
+
+def _pooled_memory(problem: Problem) -> dict[str, float]:
+    """Each device type's summed memory: the kinds the memory bounds pool devices into (a relaxation: any plan
+    maps onto them with the same times)."""
+    pooled: dict[str, float] = {}
+    for d in problem.platform.devices:
+        pooled[d.type] = pooled.get(d.type, 0.0) + d.memory_bytes
+    return pooled
 
 
 class _Sparse:

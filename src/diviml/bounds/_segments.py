@@ -31,8 +31,7 @@ from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import lil_matrix
 
 from ..problem import Problem
-from ..validate import ABS_TOL, REL_TOL
-from ._lp import _unit
+from ._lp import _pooled_memory, _tolerated, _unit
 from ._series import MAX_TASKS, Segment, segments_of
 from ._simple import _unit_costs
 
@@ -104,10 +103,8 @@ def memory_segments_relaxation(problem: Problem) -> Relaxation | None:
 
 def _capacities(problem: Problem, kinds: list[str]) -> dict[str, float]:
     """Each kind's pooled memory, with what the validator lets a device hold beyond it."""
-    devices = problem.platform.devices
-    pooled = {k: sum(d.memory_bytes for d in devices if d.type == k) for k in kinds}
-    return {k: c * (1 + 2 * REL_TOL) + ABS_TOL * len(devices) if math.isfinite(c) else math.inf
-            for k, c in pooled.items()}
+    pooled = _pooled_memory(problem)
+    return {k: _tolerated(pooled[k], len(problem.platform.devices)) for k in kinds}
 
 
 def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_: str | None, counts: dict[str, int],
