@@ -273,12 +273,17 @@ def _small_then_big(small_tasks: int, side_branch: bool):
     return Problem(TaskGraph.create(tasks, edges), platform)
 
 
-def test_where_heft_cannot_fit_memory_the_bounds_placements_can():
-    p = _small_then_big(40, side_branch=False)
+def _split_where_heft_fails(p: Problem):
+    """Split's valid plan for ``p``, on which HEFT runs out of memory."""
     with pytest.raises(diviml.InfeasibleError):
         diviml.solve(p, "heft", time_limit=5)
     plan = diviml.solve(p, "split", time_limit=8)
     assert validate(plan, p).ok
+    return plan
+
+
+def test_where_heft_cannot_fit_memory_the_bounds_placements_can():
+    plan = _split_where_heft_fails(_small_then_big(40, side_branch=False))
     assert plan.objective == pytest.approx(52.5)  # the optimum: 20 small tasks on a, 20 on b or the CPU
     assert any("priced segments" in n for n in plan.notes)
 
@@ -286,11 +291,7 @@ def test_where_heft_cannot_fit_memory_the_bounds_placements_can():
 def test_where_neither_the_join_nor_a_baseline_fits_memory_the_whole_graph_is_solved_not_called_infeasible():
     # 50 small tasks beside a side branch: one segment of 51 tasks, more than the memory segments bound
     # prices, so no baseline but HEFT, which fails
-    p = _small_then_big(50, side_branch=True)
-    with pytest.raises(diviml.InfeasibleError):
-        diviml.solve(p, "heft", time_limit=5)
-    plan = diviml.solve(p, "split", time_limit=8)
-    assert validate(plan, p).ok
+    plan = _split_where_heft_fails(_small_then_big(50, side_branch=True))
     assert any("whole-graph CP-SAT plan" in n for n in plan.notes)
     assert 82.5 - 1e-6 <= plan.objective <= 90  # the optimum: 20 small tasks on a, 20 on b, 10 on the CPU
 

@@ -46,9 +46,8 @@ Column = tuple[float, dict[str, float], list[tuple[str, ...]]]  # summed windows
 
 @dataclass(frozen=True)
 class Relaxation:
-    """What the bound's last master LP found: its value (seconds) and its mix of whole placements, each a
-    weight and a kind of device per task of the segments, whose weighted memory fits every kind's."""
-    value: float
+    """What the bound's last master LP found: its mix of whole placements, each a weight and a kind of device
+    per task of the segments, whose weighted memory fits every kind's."""
     mix: tuple[tuple[float, dict[str, str]], ...]
 
 
@@ -92,7 +91,7 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     if master is not None:
         mix = tuple((weight, {t: k for run, kinds_of in zip(runs, column[2]) for t, k in zip(run, kinds_of)})
                     for weight, column in master[2] if weight > 1e-9)
-        problem.__dict__["memory_segments"] = Relaxation(master[0] / unit, mix)
+        problem.__dict__["memory_segments"] = Relaxation(mix)
     return max(0.0, best) / unit * (1 - 1e-6) if best > -math.inf else 0.0
 
 
