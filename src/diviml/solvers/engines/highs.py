@@ -85,7 +85,8 @@ def _run(model: LinearModel, deadline: float, seed, hint, threads, rel_gap,
          report: Callable[[tuple], None] | None) -> LinearResult:
     import highspy
 
-    from .linear import LinearResult, native_stdout_to_stderr
+    from ...native import native_stdout_to_stderr
+    from .linear import LinearResult
     h = _highs(model, seed, threads, rel_gap)
     if hint is not None:
         # with presolve on, HiGHS 1.12 can cut off the optimum when it maps a given solution between the

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import functools
 import math
-import os
-import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from ...errors import InputError
+from ...native import native_stdout_to_stderr
 from .highs import solve_highs
 
 ENGINES = ("auto", "highs", "gurobi")
@@ -65,24 +63,6 @@ class LinearResult:
     bound: float
     engine: str
     note: str = ""
-
-
-@contextmanager
-def native_stdout_to_stderr():
-    """Native solver libraries sometimes print on file descriptor 1; keep stdout clean for --json."""
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-    except OSError:  # no usable stdout: nothing to protect
-        yield
-        return
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 def solve_linear(model: LinearModel, *, time_limit: float, seed: int = 0, hint: Sequence[float] | None = None,
