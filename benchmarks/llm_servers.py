@@ -115,6 +115,31 @@ def table(results: dict) -> list[str]:
     return lines
 
 
+def merged(lines: list[str]) -> list[str]:
+    """The table's rows over those of the file's earlier runs: a row group (workload on platform, objective)
+    run now replaces the earlier one in place; the others stay, new groups go last."""
+    def group(row: str) -> tuple[str, str]:
+        cells = row.split("|")
+        return cells[1].strip(), cells[2].strip()
+
+    header, new_rows = lines[:2], lines[2:]
+    old_rows = [r for r in OUT.read_text().splitlines() if r.startswith("| ") and not r.startswith("| workload")
+                and not r.startswith("|---")] if OUT.exists() else []
+    fresh: dict[tuple[str, str], list[str]] = {}
+    for row in new_rows:
+        fresh.setdefault(group(row), []).append(row)
+    out, placed = [], set()
+    for row in old_rows:
+        key = group(row)
+        if key not in fresh:
+            out.append(row)
+        elif key not in placed:
+            out += fresh[key]
+            placed.add(key)
+    out += [row for key, rows in fresh.items() if key not in placed for row in rows]
+    return header + out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--platforms", default=",".join(PLATFORMS))
@@ -134,13 +159,16 @@ def main() -> None:
                 key = (f"{workload} on {platform}", objective)
                 results[key] = run(graph, platform, objective, args.limit)
                 print("\n".join(table({key: results[key]})[2:]), flush=True)
+    command = " ".join(["python benchmarks/llm_servers.py", f"--limit {args.limit:g}"] + [
+        f"--{name} {getattr(args, name)}" for name in ("platforms", "objectives", "workloads")
+        if getattr(args, name) != parser.get_default(name)])
     lines = ["# Language models over several servers", "",
-             f"Command: `python benchmarks/llm_servers.py --limit {args.limit:g}` on the 2-core development "
-             f"machine; {'; '.join(sizes)} (analytic costs; FP32 but the -bf16 workload). Value: the phase's latency (latency) or the "
+             f"Command: `{command}` on the 2-core development machine (row groups it does not name are kept from "
+             f"the file's earlier runs); {'; '.join(sizes)} (analytic costs; FP32 but the -bf16 workload). Value: the phase's latency (latency) or the "
              "slowest stage's time (pipeline), seconds. Gap: to the best bound of the row group. vs uniform: the "
              "uniform split's value over this plan's (above 1: better). Memory: the fullest device's and "
              "server's share of what they hold. Symmetry between identical servers, on and off: "
-             "results/server_symmetry.md.", ""] + table(results)
+             "results/server_symmetry.md.", ""] + merged(table(results))
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT}")

@@ -29,7 +29,10 @@ from ._simple import _unit_costs
 __all__ = ["integer_work_bound", "may_lift"]
 
 MAX_COLUMNS = 20_000  # class-device counts: beyond, the MILP is not worth its time (the LP stands)
-NODE_LIMIT = 1000  # branch-and-bound nodes: GPT-3 on six servers, 1.5809 s in 1.5 s (1.5860 proven in 10 s)
+# branch-and-bound nodes: most of the lift is the root's (GPT-3 on six servers: 1.5802 s at the root, 1.5809 at
+# 1,000 nodes, 1.5860 proven in 10 s; bert24's layers 4.6%, 4.7%, 7.1%), and a node costs up to 10 ms
+NODE_LIMIT = 50
+FEW_PER_DEVICE = 8  # tasks per device: below, whole tasks can unbalance the loads
 
 
 def integer_work_bound(problem: Problem, time_limit: float | None = None) -> float:
@@ -45,8 +48,7 @@ def integer_work_bound(problem: Problem, time_limit: float | None = None) -> flo
     """
     if problem.objective.kind not in ("latency", "pipeline") or (time_limit is not None and time_limit <= 0):
         return 0.0
-    gpipe = problem.is_training and problem.objective.kind == "pipeline" and problem.objective.training == "gpipe"
-    phases = ("forward", "backward") if gpipe else ("all",)
+    phases = _phases(problem)
     devices = problem.platform.devices
     count = Counter(_classes(problem, phases).values())
     columns = [(k, j) for k, (_, times) in enumerate(count) for j in range(len(devices)) if times[j] is not None]
@@ -57,16 +59,38 @@ def integer_work_bound(problem: Problem, time_limit: float | None = None) -> flo
 
 
 def may_lift(problem: Problem, work_lp: float, best: float) -> bool:
-    """Whether the work MILP is worth its time beside a best bound of ``best``: whole tasks lift the work LP by
-    about the largest task's time (where memory does not force a task onto a slow device), so where that
-    cannot reach ``best``, the MILP would not either (a rule of thumb for the time, not for the bound)."""
+    """Whether the work MILP is worth its time beside a best bound of ``best`` (a rule of thumb for the time,
+    never for the bound): whole tasks lift the work LP by about the largest task's time, so not where that
+    cannot reach ``best``; and only where a device has few tasks to balance its load with, memory can keep a
+    task off a device (a knapsack the LP fills to the byte) or tasks are alike (a model of repeated layers:
+    a small program). The Tarnawski et al. layer graphs: bert24's 32 layers on 7 devices lifted 4.6%, resnet50's
+    177 none."""
     largest = max((max(row.values(), default=0.0) for row in _unit_costs(problem).values()), default=0.0)
-    return work_lp > 0 and work_lp + largest > best
+    if work_lp <= 0 or work_lp + largest <= best:
+        return False
+    items = _items(problem)
+    weights = sum(t.memory_bytes for t in problem.graph.tasks)
+    return (len(items) <= FEW_PER_DEVICE * len(problem.platform.devices)
+            or any(d.memory_bytes < weights for d in problem.platform.devices)
+            or len(set(_classes(problem, _phases(problem)).values())) * 2 <= len(items))
+
+
+def _phases(problem: Problem) -> tuple[str, ...]:
+    """The loads a device has: forward and backward for GPipe (two maxima), else one."""
+    gpipe = problem.is_training and problem.objective.kind == "pipeline" and problem.objective.training == "gpipe"
+    return ("forward", "backward") if gpipe else ("all",)
 
 
 def _classes(problem: Problem, phases: tuple[str, ...]) -> dict[tuple, tuple]:
     """Items (co-location groups contracted) keyed by (memory, per device: time per phase, None where a member
-    may not run there), as {item: key}."""
+    may not run there), as {item: key}; kept with the problem."""
+    memo = problem.__dict__.setdefault("work_classes", {})
+    if phases not in memo:
+        memo[phases] = _keys(problem, phases)
+    return memo[phases]
+
+
+def _keys(problem: Problem, phases: tuple[str, ...]) -> dict[tuple, tuple]:
     graph, devices = problem.graph, problem.platform.devices
     keys = {}
     for members in _items(problem):
