@@ -4,6 +4,8 @@
 - work / capacity: the LP relaxation of the assignment (fractional tasks, per-device load <= T, memory),
   solved with HiGHS through scipy. Co-location groups are contracted into one item first;
 - work MILP: the work LP with whole tasks (identical tasks counted together), HiGHS's dual bound;
+- hop work LP (pipeline): the work LP over kinds of device, a task away from its neighbours paying the hops
+  of the tensors between them, over parts of the graph cut at series points (identical parts solved once);
 - path-work: an LP that couples the two (a path's tasks on a device also load it);
 - memory path: a path's time where memory keeps its tasks off their fastest devices (an LP over the devices'
   memory);
@@ -21,12 +23,13 @@ from time import perf_counter
 
 from ..problem import Problem
 from ._batch import batch_path_work_bound
+from ._hops import hop_work_bound
 from ._integer import integer_work_bound, may_lift
 from ._latency import memory_path_bound, path_work_bound, path_work_seconds
 from ._segments import Relaxation, memory_segments_bound, memory_segments_relaxation
 from ._simple import critical_path_bound, spread_bound, work_bound
 
-__all__ = ["BOUND_SOURCES", "Relaxation", "batch_path_work_bound", "critical_path_bound", "integer_work_bound", "lower_bound", "lower_bound_source",
+__all__ = ["BOUND_SOURCES", "Relaxation", "batch_path_work_bound", "critical_path_bound", "hop_work_bound", "integer_work_bound", "lower_bound", "lower_bound_source",
            "memory_path_bound", "memory_segments_bound", "memory_segments_relaxation", "path_work_bound", "path_work_seconds", "serial_upper_bound", "share_lower_bound",
            "spread_bound", "work_bound"]
 
@@ -34,6 +37,7 @@ __all__ = ["BOUND_SOURCES", "Relaxation", "batch_path_work_bound", "critical_pat
 CRITICAL_PATH = "critical path"
 WORK_LP = "work LP"
 WORK_MILP = "work MILP"
+HOP_WORK_LP = "hop work LP"
 PATH_WORK_LP = "path-work LP"
 MEMORY_PATH_LP = "memory path LP"
 MEMORY_SEGMENTS = "memory segments"
@@ -44,7 +48,7 @@ MILP = "MILP"  # milp: the MILP's dual bound
 MODULE_DP = "module DP"  # split and exact by pieces: the join's dynamic program over the modules' bounds
 IP = "IP"  # the pipeline IP's dual bound
 EXACT_DP = "DP (exact)"  # the pipeline DP's contiguous optimum
-BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, WORK_MILP, PATH_WORK_LP, MEMORY_PATH_LP, MEMORY_SEGMENTS, BATCH_PATH_WORK_LP, CP_SAT, WINDOWS, MILP, MODULE_DP, IP, EXACT_DP)
+BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, WORK_MILP, HOP_WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, MEMORY_SEGMENTS, BATCH_PATH_WORK_LP, CP_SAT, WINDOWS, MILP, MODULE_DP, IP, EXACT_DP)
 
 
 def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
@@ -53,7 +57,7 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
 
     The LPs share ``time_limit`` seconds (None: no limit); one that does not finish in its share is
     dropped, never waited on (on 20,000 tasks the coupled LP alone ran for minutes). The memory segments
-    bound and the work MILP take at most half of what is left: any of its prices gives a bound, and the baseline plans
+    bound, the hop work LP and the work MILP take at most half of what is left: any of its prices gives a bound, and the baseline plans
     (layers over servers: exact solves of one layer) need time after it. (Problems are
     immutable; the value is kept where the problem keeps its cached properties.)"""
     memo = problem.__dict__
@@ -62,6 +66,7 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
         left = (lambda: None) if time_limit is None else (lambda: time_limit - (perf_counter() - start))
         found = {CRITICAL_PATH: critical_path_bound(problem)}
         found[WORK_LP] = work_bound(problem, left())
+        found[HOP_WORK_LP] = hop_work_bound(problem, _half(left()))
         found[MEMORY_PATH_LP] = memory_path_bound(problem, left())
         found[MEMORY_SEGMENTS] = memory_segments_bound(problem, _half(left()))  # the plans need the rest
         found[PATH_WORK_LP] = path_work_bound(problem, left())

@@ -1,0 +1,266 @@
+"""The pipeline's work bound with its hops: what it costs a device to run a task away from its neighbours.
+
+The work LP lets GPT-3's memory-free attention products run on other devices than the weights around them,
+for free; a plan pays the hops of the 100 MB tensors they read and write, more than they take to compute.
+Here devices of one type are one kind (their loads and memory summed: any plan maps onto that), ``x[t,k]`` is
+the share of task t on kind k, and a tensor that enters kind k from another kind (``y[u,k] >= x[v,k] - x[u,k]``
+for each consumer v of u) or leaves it (``z[u,k] >= x[u,k] - x[v,k]``) costs the kind the least hop any of its
+devices pays for it (a peer link's time where one joins it to another kind; 0 on a host CPU):
+
+    sum_t p[t,k] x[t,k] + sum_u in[u,k] y[u,k] + out[u,k] z[u,k] <= (devices of kind k) * T,
+    sum_t m_t x[t,k] <= memory of kind k,   sum_k x[t,k] = 1,   minimise T.
+
+Transfers between devices of one kind and the network are left out (a relaxation). A task of no time and no
+memory that is its producer's only reader, and whose tensor costs no more to move than the producer's (a view),
+is merged into that producer first: moving it there never raises a kind's load, so the bound stands.
+"""
+
+from __future__ import annotations
+
+import math
+from time import perf_counter
+
+from ..problem import Problem
+from ._lp import _KeyedLP, _pooled_memory, _tolerated, _unit
+from ._series import MAX_TASKS, _series_points
+from ._simple import _unit_costs
+
+__all__ = ["hop_work_bound"]
+
+MAX_PERIOD = 32  # segments grouped into one part at most: the fewer cuts, the fewer tensors left free
+MAX_PART_TASKS = 1000  # tasks in the distinct parts together: the LP's size (Llama 2 70B: 1 s; at 3,000, 9 s)
+MAX_GROUPINGS = 4  # ways to cut the graph tried, while the time lasts: the bound is the best of them
+
+
+def hop_work_bound(problem: Problem, time_limit: float | None = None) -> float:
+    """min T of the LP above, or 0 where it does not apply (objectives other than the pipeline's summed
+    loads) or does not finish within ``time_limit``."""
+    if problem.objective.kind != "pipeline" or (problem.is_training and problem.objective.training == "gpipe"):
+        return 0.0
+    stop = None if time_limit is None else perf_counter() + time_limit
+    kinds = _kinds(problem)
+    cost_in, cost_out = _hop_costs(problem, kinds)
+    owner = _merged_views(problem, cost_in, cost_out)
+    unit = _unit(_unit_costs(problem))
+    best = 0.0
+    for parts in _groupings(problem, owner, cost_in, stop):
+        if stop is not None and perf_counter() > stop:
+            break
+        value = _solve(problem, kinds, owner, parts, (cost_in, cost_out), unit, stop)
+        best = max(best, value / unit * (1 - 1e-6) if value is not None else 0.0)
+    return best
+
+
+def _solve(problem: Problem, kinds: dict[str, list[str]], owner: dict[str, str], parts, costs, unit: float,
+           stop: float | None) -> float | None:
+    """The LP over ``parts`` (one of each kind, with its count), in the scaled unit; None past ``stop``."""
+    lp = _KeyedLP()
+    lp.col(("T",))
+    load: dict[str, dict] = {k: {} for k in kinds}
+    held: dict[str, dict] = {k: {} for k in kinds}
+    for n, (part, count) in enumerate(parts):
+        if stop is not None and perf_counter() > stop:
+            return None  # building the LP alone outlasts its share: drop it
+        _part_rows(problem, lp, kinds, owner, set(part), count, costs, unit, load, held, tag=n)
+    memory = _pooled_memory(problem)
+    scale = max((t.memory_bytes for t in problem.graph.tasks), default=0.0) or 1.0
+    for k, devices in kinds.items():
+        lp.ub({**load[k], ("T",): -float(len(devices))})
+        if math.isfinite(memory[k]) and held[k]:
+            lp.ub({key: v / scale for key, v in held[k].items()}, _tolerated(memory[k], len(devices)) / scale)
+    return lp.minimise(("T",), None if stop is None else stop - perf_counter())
+
+
+def _kinds(problem: Problem) -> dict[str, list[str]]:
+    """Device names by type."""
+    kinds: dict[str, list[str]] = {}
+    for d in problem.platform.devices:
+        kinds.setdefault(d.type, []).append(d.name)
+    return kinds
+
+
+def _hop_costs(problem: Problem, kinds: dict[str, list[str]]):
+    """Per task and kind, the least a device of the kind pays to take the task's output in from another kind,
+    and to send it out: a hop through host memory, or a peer link's time where one reaches another kind."""
+    platform = problem.platform
+    kind_of = {d: k for k, names in kinds.items() for d in names}
+    peers: dict[str, list] = {}
+    for pair, link in platform.peer_links.items():
+        a, b = tuple(pair)
+        if kind_of[a] != kind_of[b]:
+            peers.setdefault(a, []).append(link)
+            peers.setdefault(b, []).append(link)
+    cost_in: dict[str, dict[str, float]] = {}
+    cost_out: dict[str, dict[str, float]] = {}
+    for t in problem.graph.tasks:
+        cost_in[t.id], cost_out[t.id] = {}, {}
+        for k, names in kinds.items():
+            least = min(min([platform.hop_time(t, platform.by_name[d])]
+                            + [link.time(t.output_bytes) for link in peers.get(d, [])]) for d in names)
+            cost_in[t.id][k] = cost_out[t.id][k] = least
+    return cost_in, cost_out
+
+
+def _merged_views(problem: Problem, cost_in, cost_out) -> dict[str, str]:
+    """Each task's representative: a task of no time and no memory anywhere that is its producer's only
+    reader, allowed wherever the producer is, and whose own output costs no more to move in or out on any
+    kind, joins the producer's representative (moving it there saves the producer's tensor what its own may
+    cost instead, on every kind)."""
+    graph = problem.graph
+    owner: dict[str, str] = {}
+    for t in graph.topological_order:
+        preds = graph.predecessors[t]
+        owner[t] = t
+        if len(preds) != 1 or graph.by_id[t].memory_bytes != 0:
+            continue
+        (u,) = preds
+        if (len(graph.successors[u]) == 1 and all(problem.time(t, d) == 0 for d in problem.allowed_devices[t])
+                and set(problem.allowed_devices[t]) >= set(problem.allowed_devices[u])
+                and all(cost_in[t][k] <= cost_in[u][k] and cost_out[t][k] <= cost_out[u][k] for k in cost_in[t])):
+            owner[t] = owner[u]
+    return owner
+
+
+def _groupings(problem: Problem, owner: dict[str, str], cost_in, stop: float | None):
+    """Ways to cut the graph into parts (each as one part of each kind with its count), best first: after
+    series points, runs of ``period`` segments from ``phase`` on, those whose cuts leave the least hop cost
+    free within :data:`MAX_PART_TASKS` tasks of distinct parts (at most :data:`MAX_GROUPINGS`; which cut
+    gives the LP the most is not known before it is solved). The whole graph where it is that small itself;
+    nothing where the graph is too large to find its series points."""
+    segments = _segments(problem, owner)
+    if segments is None:
+        return
+    if sum(map(len, segments)) <= MAX_PART_TASKS:
+        yield [([t for seg in segments for t in seg], 1)]
+        return
+    ids: dict[tuple, int] = {}
+    kind = [ids.setdefault(_signature(problem, seg, owner), len(ids)) for seg in segments]
+    dropped = _cut_costs(problem, segments, cost_in)
+    ranked = []
+    for period in range(1, MAX_PERIOD + 1):
+        if stop is not None and perf_counter() > stop:
+            break
+        for phase in range(min(period, len(segments))):
+            starts = ([0] if phase else []) + list(range(phase, len(segments), period))
+            groups = [range(a, b) for a, b in zip(starts, starts[1:] + [len(segments)])]
+            distinct = {tuple(kind[i] for i in g): g for g in groups}
+            size = sum(len(segments[i]) for g in distinct.values() for i in g)
+            if size <= MAX_PART_TASKS:
+                ranked.append((sum(dropped[g[0]] for g in groups[1:]), size, period, phase, groups))
+    ranked.sort(key=lambda r: r[:4])
+    for *_, groups in ranked[:MAX_GROUPINGS]:
+        counted: dict[tuple, tuple[list[str], int]] = {}
+        for g in groups:
+            key = tuple(kind[i] for i in g)
+            counted[key] = (counted[key][0], counted[key][1] + 1) if key in counted else (
+                [t for i in g for t in segments[i]], 1)
+        yield list(counted.values())
+
+
+def _segments(problem: Problem, owner: dict[str, str]) -> list[list[str]] | None:
+    """The tasks in topological order cut after each series point (a merged view with its producer), or None
+    where the graph is too large for the series points' bitsets."""
+    graph = problem.graph
+    order = list(graph.topological_order)
+    if len(order) > MAX_TASKS:
+        return None
+    position = {t: i for i, t in enumerate(order)}
+    weighted = [t for t in order if graph.by_id[t].memory_bytes > 0
+                or any(problem.time(t, d) > 0 for d in problem.allowed_devices[t])]
+    series = _series_points(problem, order, position, weighted)
+    segment_of: dict[str, int] = {}
+    count = 0
+    for t in order:
+        segment_of[t] = segment_of[owner[t]] if owner[t] != t else count
+        if t in series:
+            count += 1
+    segments: list[list[str]] = [[] for _ in range(count + 1)]
+    for t in order:
+        segments[segment_of[t]].append(t)
+    return [seg for seg in segments if seg]
+
+
+def _cut_costs(problem: Problem, segments: list[list[str]], cost_in) -> list[float]:
+    """Per segment, the hops a cut before it leaves free: each tensor crossing there at its dearest kind."""
+    segment_of = {t: i for i, seg in enumerate(segments) for t in seg}
+    last_reader: dict[str, int] = {}
+    for u, v in problem.graph.edges:
+        last_reader[u] = max(last_reader.get(u, -1), segment_of[v])
+    change = [0.0] * (len(segments) + 1)
+    for u, last in last_reader.items():
+        if last > segment_of[u]:
+            cost = max(cost_in[u].values(), default=0.0)
+            change[segment_of[u] + 1] += cost
+            change[last + 1] -= cost
+    crossing, running = [], 0.0
+    for i in range(len(segments)):
+        running += change[i]
+        crossing.append(running)
+    return crossing
+
+
+def _signature(problem: Problem, segment: list[str], owner: dict[str, str]) -> tuple:
+    """What the LP sees of a segment, tasks by their place in it: times per device, memory, hop costs, owners
+    and the edges inside it (two segments of one signature give the same rows)."""
+    graph = problem.graph
+    local = {t: i for i, t in enumerate(segment)}
+    devices = [d.name for d in problem.platform.devices]
+    rows = tuple((tuple(problem.time(t, d) if d in problem.allowed_devices[t] else None for d in devices),
+                  graph.by_id[t].memory_bytes, graph.by_id[t].output_bytes, graph.by_id[t].transfer_time,
+                  local.get(owner[t], -1)) for t in segment)
+    edges = tuple(sorted((local[u], local[v]) for u in segment for v in graph.successors[u] if v in local))
+    return rows, edges
+
+
+def _part_rows(problem: Problem, lp: _KeyedLP, kinds: dict[str, list[str]], owner: dict[str, str], part: set[str],
+               count: int, costs, unit: float, load: dict, held: dict, tag: int) -> None:
+    """One part's columns (x per representative and kind, y/z per tensor read inside it and kind), its
+    representatives' rows, and its compute, hops and memory, ``count`` times, on each kind's rows."""
+    graph = problem.graph
+    kind_of = {d.name: d.type for d in problem.platform.devices}
+    allowed: dict[str, set[str]] = {}
+    for t in part:
+        here = {kind_of[d] for d in problem.allowed_devices[t]}
+        r = owner[t]
+        allowed[r] = allowed[r] & here if r in allowed else here
+    for r, ks in allowed.items():
+        for k in sorted(ks):
+            lp.col(("x", tag, r, k))
+        lp.eq({("x", tag, r, k): 1.0 for k in ks})
+    for t in part:
+        r = owner[t]
+        for k in allowed[r]:
+            key = ("x", tag, r, k)
+            least = min(problem.time(t, d) for d in kinds[k] if d in problem.allowed_devices[t])
+            load[k][key] = load[k].get(key, 0.0) + count * least * unit
+            if graph.by_id[t].memory_bytes > 0:
+                held[k][key] = held[k].get(key, 0.0) + count * graph.by_id[t].memory_bytes
+    cost_in, cost_out = costs
+    for u in part:
+        readers = {owner[v] for v in graph.successors[u] if v in part and owner[v] != owner[u]}
+        for k in kinds:
+            if readers:
+                _crossing(lp, load[k], (tag, u, owner[u]), readers, k, count * cost_in[u][k] * unit,
+                          count * cost_out[u][k] * unit)
+
+
+def _crossing(lp: _KeyedLP, load: dict, producer: tuple[int, str, str], readers: set[str], k: str, cost_in: float,
+              cost_out: float) -> None:
+    """The rows that charge kind k for a producer's tensor (task u of representative r) coming in (a reader
+    on k, r elsewhere) and going out (r on k, a reader elsewhere)."""
+    tag, u, r = producer
+    here = ("x", tag, r, k)
+
+    def x(v: str):
+        return ("x", tag, v, k)
+    if cost_in > 0 and any(lp.has(x(v)) for v in readers):
+        lp.col(("y", tag, u, k))
+        load[("y", tag, u, k)] = cost_in
+        for v in readers:
+            if lp.has(x(v)):
+                lp.ub({("y", tag, u, k): -1.0, x(v): 1.0, **({here: -1.0} if lp.has(here) else {})})
+    if cost_out > 0 and lp.has(here):
+        lp.col(("z", tag, u, k))
+        load[("z", tag, u, k)] = cost_out
+        for v in readers:
+            lp.ub({("z", tag, u, k): -1.0, here: 1.0, **({x(v): -1.0} if lp.has(x(v)) else {})})

@@ -1,0 +1,79 @@
+"""The hop work LP: a pipeline bound that charges a kind of device the hops of the tensors it takes in and
+sends out, never above the optimum, above the work LP where a light task sits between heavy tensors."""
+
+import random
+from itertools import product
+
+import pytest
+
+from diviml import Device, Link, Objective, Platform, Problem, Task, TaskGraph
+from diviml.bounds import hop_work_bound, work_bound
+from diviml.simulate import pipeline_loads
+
+GB = 1e9
+
+
+def _optimum(p: Problem) -> float:
+    names, ids = [d.name for d in p.platform.devices], [t.id for t in p.graph.tasks]
+    best = float("inf")
+    for combo in product(names, repeat=len(ids)):
+        placement = dict(zip(ids, combo))
+        if any(d not in p.allowed_devices[t] for t, d in placement.items()):
+            continue
+        held = {n: 0.0 for n in names}
+        for t, d in placement.items():
+            held[d] += p.graph.by_id[t].memory_bytes
+        if all(held[d.name] <= d.memory_bytes for d in p.platform.devices):
+            best = min(best, pipeline_loads(p, placement).objective)
+    return best
+
+
+def test_a_light_task_between_heavy_tensors_stays_with_its_neighbours():
+    # a -> b -> c, a and c on the GPU only, b 1 s on the GPU or the CPU: the work LP sends b to the CPU
+    # (T = 2), but its tensors in and out cost the GPU 3 s each way: b stays, T = 3
+    gpu = frozenset({"gpu"})
+    tasks = [Task("a", {"gpu": 1.0}, output_bytes=3.0, memory_bytes=10 * GB, allowed_types=gpu),
+             Task("b", {"gpu": 1.0, "cpu": 1.0}, output_bytes=3.0),
+             Task("c", {"gpu": 1.0}, memory_bytes=10 * GB, allowed_types=gpu)]
+    platform = Platform((Device("gpu", "gpu", 20 * GB, link=Link(1.0, 0.0)), Device("cpu", "cpu", 1e12, is_host=True)))
+    p = Problem(TaskGraph.create(tasks, [("a", "b"), ("b", "c")]), platform, Objective("pipeline"))
+    assert work_bound(p) == pytest.approx(2.0, rel=1e-5)
+    assert hop_work_bound(p) == pytest.approx(3.0, rel=1e-5) == _optimum(p)
+
+
+def _random_problem(seed: int) -> Problem:
+    """2-3 identical blocks in a chain (a weighted task, a view, a light task; joined at a series point), on a
+    roomy host, a GPU that holds part of the weights and, half the time, a second server or a peer-linked GPU."""
+    rng = random.Random(seed)
+    heavy, light, size = rng.uniform(1, 3), rng.uniform(0.2, 1), rng.uniform(0.5, 3)
+    tasks, edges, previous = [], [], None
+    for i in range(rng.choice([2, 3])):
+        block = [Task(f"w{i}", {"gpu": heavy, "cpu": 4 * heavy}, output_bytes=size, memory_bytes=4 * GB),
+                 Task(f"v{i}", {"gpu": 0.0, "cpu": 0.0}, output_bytes=size * rng.choice([0.5, 1.0])),
+                 Task(f"l{i}", {"gpu": light, "cpu": 2 * light}, output_bytes=size)]
+        edges += [(f"w{i}", f"v{i}"), (f"v{i}", f"l{i}")] + ([(previous, f"w{i}")] if previous else [])
+        tasks += block
+        previous = f"l{i}"
+    link = Link(rng.choice([1.0, 4.0]), 0.0)
+    devices = [Device("cpu", "cpu", 1e12, "s0", is_host=True), Device("g0", "gpu", 8 * GB, "s0", link=link)]
+    extra = rng.choice(["none", "server", "peer"])
+    peers = {}
+    if extra == "server":
+        devices.append(Device("far", "cpu", 1e12, "s1", is_host=True))
+    elif extra == "peer":
+        devices.append(Device("g1", "gpu", 8 * GB, "s0", link=link))
+        peers = {frozenset(("g0", "g1")): Link(8.0, 0.0)}
+    platform = Platform(tuple(devices), peer_links=peers, network=Link(2.0, 0.0) if extra == "server" else None)
+    return Problem(TaskGraph.create(tasks, edges), platform, Objective("pipeline"))
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_it_never_exceeds_the_brute_force_optimum(seed):
+    p = _random_problem(seed)
+    assert hop_work_bound(p) <= _optimum(p) * (1 + 1e-9)
+
+
+def test_it_says_nothing_for_other_objectives_or_without_time():
+    p = _random_problem(0)
+    assert hop_work_bound(Problem(p.graph, p.platform, Objective("latency"))) == 0.0
+    assert hop_work_bound(p, time_limit=0.0) == 0.0
