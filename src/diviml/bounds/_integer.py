@@ -24,7 +24,7 @@ from scipy.sparse import lil_matrix
 from ..native import native_stdout_to_stderr
 from ..problem import Problem
 from ._lp import _items, _tolerated, _unit
-from ._simple import _unit_costs
+from ._simple import _gpipe, _unit_costs, work_classes
 
 __all__ = ["integer_work_bound", "may_lift"]
 
@@ -48,14 +48,14 @@ def integer_work_bound(problem: Problem, time_limit: float | None = None) -> flo
     """
     if problem.objective.kind not in ("latency", "pipeline") or (time_limit is not None and time_limit <= 0):
         return 0.0
-    phases = _phases(problem)
+    n_t = 2 if _gpipe(problem) else 1
     devices = problem.platform.devices
-    count = Counter(_classes(problem, phases).values())
+    count = work_classes(problem)
     columns = [(k, j) for k, (_, times) in enumerate(count) for j in range(len(devices)) if times[j] is not None]
     if len(columns) > MAX_COLUMNS:
         return 0.0
     unit = _unit(_unit_costs(problem))
-    return _solve(problem, count, columns, phases, unit, time_limit)
+    return _solve(problem, count, columns, n_t, unit, time_limit)
 
 
 def may_lift(problem: Problem, work_lp: float, best: float) -> bool:
@@ -72,50 +72,17 @@ def may_lift(problem: Problem, work_lp: float, best: float) -> bool:
     weights = sum(t.memory_bytes for t in problem.graph.tasks)
     return (len(items) <= FEW_PER_DEVICE * len(problem.platform.devices)
             or any(d.memory_bytes < weights for d in problem.platform.devices)
-            or len(set(_classes(problem, _phases(problem)).values())) * 2 <= len(items))
+            or len(work_classes(problem)) * 2 <= len(items))
 
 
-def _phases(problem: Problem) -> tuple[str, ...]:
-    """The loads a device has: forward and backward for GPipe (two maxima), else one."""
-    gpipe = problem.is_training and problem.objective.kind == "pipeline" and problem.objective.training == "gpipe"
-    return ("forward", "backward") if gpipe else ("all",)
-
-
-def _classes(problem: Problem, phases: tuple[str, ...]) -> dict[tuple, tuple]:
-    """Items (co-location groups contracted) keyed by (memory, per device: time per phase, None where a member
-    may not run there), as {item: key}; kept with the problem."""
-    memo = problem.__dict__.setdefault("work_classes", {})
-    if phases not in memo:
-        memo[phases] = _keys(problem, phases)
-    return memo[phases]
-
-
-def _keys(problem: Problem, phases: tuple[str, ...]) -> dict[tuple, tuple]:
-    graph, devices = problem.graph, problem.platform.devices
-    keys = {}
-    for members in _items(problem):
-        memory = sum(graph.by_id[m].memory_bytes for m in members)
-        times: list[tuple[float, ...] | None] = []
-        for d in devices:
-            if all(d.name in problem.allowed_devices[m] for m in members):
-                per_phase = [0.0] * len(phases)
-                for m in members:
-                    phase = phases.index(graph.by_id[m].phase) if len(phases) > 1 else 0
-                    per_phase[phase] += problem.time(m, d.name)
-                times.append(tuple(per_phase))
-            else:
-                times.append(None)
-        keys[members] = (memory, tuple(times))
-    return keys
-
-
-def _solve(problem: Problem, count: Counter, columns: list[tuple[int, int]], phases: tuple[str, ...], unit: float, time_limit: float | None) -> float:
+def _solve(problem: Problem, count: Counter, columns: list[tuple[int, int]], n_t: int, unit: float,
+           time_limit: float | None) -> float:
     """Build the counts' MILP (rows: one per class, a load row per device and phase, a memory row per
     device, a load order row per pair of identical neighbours) and return its dual bound, shaved for the
     solver's tolerance."""
     classes = list(count)
     devices = problem.platform.devices
-    n_x, n_t = len(columns), len(phases)
+    n_x = len(columns)
     index = {col: i for i, col in enumerate(columns)}
     load_row = {(j, p): len(classes) + j * n_t + p for j in range(len(devices)) for p in range(n_t)}
     memory_row = {j: len(classes) + len(devices) * n_t + j for j in range(len(devices))}
