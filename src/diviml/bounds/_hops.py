@@ -39,19 +39,19 @@ def hop_work_bound(problem: Problem, time_limit: float | None = None) -> float:
         return 0.0
     stop = None if time_limit is None else perf_counter() + time_limit
     kinds = _kinds(problem)
-    cost_in, cost_out = _hop_costs(problem, kinds)
-    owner = _merged_views(problem, cost_in, cost_out)
+    hop = _hop_costs(problem, kinds)
+    owner = _merged_views(problem, hop)
     unit = _unit(_unit_costs(problem))
     best = 0.0
-    for parts in _groupings(problem, owner, cost_in, stop):
+    for parts in _groupings(problem, owner, hop, stop):
         if stop is not None and perf_counter() > stop:
             break
-        value = _solve(problem, kinds, owner, parts, (cost_in, cost_out), unit, stop)
+        value = _solve(problem, kinds, owner, parts, hop, unit, stop)
         best = max(best, value / unit * (1 - 1e-6) if value is not None else 0.0)
     return best
 
 
-def _solve(problem: Problem, kinds: dict[str, list[str]], owner: dict[str, str], parts, costs, unit: float,
+def _solve(problem: Problem, kinds: dict[str, list[str]], owner: dict[str, str], parts, hop, unit: float,
            stop: float | None) -> float | None:
     """The LP over ``parts`` (one of each kind, with its count), in the scaled unit; None past ``stop``."""
     lp = _KeyedLP()
@@ -61,7 +61,7 @@ def _solve(problem: Problem, kinds: dict[str, list[str]], owner: dict[str, str],
     for n, (part, count) in enumerate(parts):
         if stop is not None and perf_counter() > stop:
             return None  # building the LP alone outlasts its share: drop it
-        _part_rows(problem, lp, kinds, owner, set(part), count, costs, unit, load, held, tag=n)
+        _part_rows(problem, lp, kinds, owner, set(part), count, hop, unit, load, held, tag=n)
     memory = _pooled_memory(problem)
     scale = max((t.memory_bytes for t in problem.graph.tasks), default=0.0) or 1.0
     for k, devices in kinds.items():
@@ -79,9 +79,10 @@ def _kinds(problem: Problem) -> dict[str, list[str]]:
     return kinds
 
 
-def _hop_costs(problem: Problem, kinds: dict[str, list[str]]):
+def _hop_costs(problem: Problem, kinds: dict[str, list[str]]) -> dict[str, dict[str, float]]:
     """Per task and kind, the least a device of the kind pays to take the task's output in from another kind,
-    and to send it out: a hop through host memory, or a peer link's time where one reaches another kind."""
+    or to send it out to one: a hop through host memory, or a peer link's time where one reaches another kind
+    (charged on both ends)."""
     platform = problem.platform
     kind_of = {d: k for k, names in kinds.items() for d in names}
     peers: dict[str, list] = {}
@@ -90,22 +91,16 @@ def _hop_costs(problem: Problem, kinds: dict[str, list[str]]):
         if kind_of[a] != kind_of[b]:
             peers.setdefault(a, []).append(link)
             peers.setdefault(b, []).append(link)
-    cost_in: dict[str, dict[str, float]] = {}
-    cost_out: dict[str, dict[str, float]] = {}
-    for t in problem.graph.tasks:
-        cost_in[t.id], cost_out[t.id] = {}, {}
-        for k, names in kinds.items():
-            least = min(min([platform.hop_time(t, platform.by_name[d])]
-                            + [link.time(t.output_bytes) for link in peers.get(d, [])]) for d in names)
-            cost_in[t.id][k] = cost_out[t.id][k] = least
-    return cost_in, cost_out
+    return {t.id: {k: min(min([platform.hop_time(t, platform.by_name[d])]
+                              + [link.time(t.output_bytes) for link in peers.get(d, [])]) for d in names)
+                   for k, names in kinds.items()} for t in problem.graph.tasks}
 
 
-def _merged_views(problem: Problem, cost_in, cost_out) -> dict[str, str]:
+def _merged_views(problem: Problem, hop: dict[str, dict[str, float]]) -> dict[str, str]:
     """Each task's representative: a task of no time and no memory anywhere that is its producer's only
-    reader, allowed wherever the producer is, and whose own output costs no more to move in or out on any
-    kind, joins the producer's representative (moving it there saves the producer's tensor what its own may
-    cost instead, on every kind)."""
+    reader, allowed wherever the producer is, and whose own output costs no more to move on any kind, joins
+    the producer's representative (moving it there saves the producer's tensor what its own may cost
+    instead, on every kind)."""
     graph = problem.graph
     owner: dict[str, str] = {}
     for t in graph.topological_order:
@@ -116,12 +111,12 @@ def _merged_views(problem: Problem, cost_in, cost_out) -> dict[str, str]:
         (u,) = preds
         if (len(graph.successors[u]) == 1 and all(problem.time(t, d) == 0 for d in problem.allowed_devices[t])
                 and set(problem.allowed_devices[t]) >= set(problem.allowed_devices[u])
-                and all(cost_in[t][k] <= cost_in[u][k] and cost_out[t][k] <= cost_out[u][k] for k in cost_in[t])):
+                and all(hop[t][k] <= hop[u][k] for k in hop[t])):
             owner[t] = owner[u]
     return owner
 
 
-def _groupings(problem: Problem, owner: dict[str, str], cost_in, stop: float | None):
+def _groupings(problem: Problem, owner: dict[str, str], hop: dict[str, dict[str, float]], stop: float | None):
     """Ways to cut the graph into parts (each as one part of each kind with its count), best first: after
     series points, runs of ``period`` segments from ``phase`` on, those whose cuts leave the least hop cost
     free within :data:`MAX_PART_TASKS` tasks of distinct parts (at most :data:`MAX_GROUPINGS`; which cut
@@ -135,7 +130,7 @@ def _groupings(problem: Problem, owner: dict[str, str], cost_in, stop: float | N
         return
     ids: dict[tuple, int] = {}
     kind = [ids.setdefault(_signature(problem, seg, owner), len(ids)) for seg in segments]
-    dropped = _cut_costs(problem, segments, cost_in)
+    dropped = _cut_costs(problem, segments, hop)
     ranked = []
     for period in range(1, MAX_PERIOD + 1):
         if stop is not None and perf_counter() > stop:
@@ -180,7 +175,7 @@ def _segments(problem: Problem, owner: dict[str, str]) -> list[list[str]] | None
     return [seg for seg in segments if seg]
 
 
-def _cut_costs(problem: Problem, segments: list[list[str]], cost_in) -> list[float]:
+def _cut_costs(problem: Problem, segments: list[list[str]], hop: dict[str, dict[str, float]]) -> list[float]:
     """Per segment, the hops a cut before it leaves free: each tensor crossing there at its dearest kind."""
     segment_of = {t: i for i, seg in enumerate(segments) for t in seg}
     last_reader: dict[str, int] = {}
@@ -189,7 +184,7 @@ def _cut_costs(problem: Problem, segments: list[list[str]], cost_in) -> list[flo
     change = [0.0] * (len(segments) + 1)
     for u, last in last_reader.items():
         if last > segment_of[u]:
-            cost = max(cost_in[u].values(), default=0.0)
+            cost = max(hop[u].values(), default=0.0)
             change[segment_of[u] + 1] += cost
             change[last + 1] -= cost
     crossing, running = [], 0.0
@@ -213,7 +208,7 @@ def _signature(problem: Problem, segment: list[str], owner: dict[str, str]) -> t
 
 
 def _part_rows(problem: Problem, lp: _KeyedLP, kinds: dict[str, list[str]], owner: dict[str, str], part: set[str],
-               count: int, costs, unit: float, load: dict, held: dict, tag: int) -> None:
+               count: int, hop: dict[str, dict[str, float]], unit: float, load: dict, held: dict, tag: int) -> None:
     """One part's columns (x per representative and kind, y/z per tensor read inside it and kind), its
     representatives' rows, and its compute, hops and memory, ``count`` times, on each kind's rows."""
     graph = problem.graph
@@ -235,17 +230,15 @@ def _part_rows(problem: Problem, lp: _KeyedLP, kinds: dict[str, list[str]], owne
             load[k][key] = load[k].get(key, 0.0) + count * least * unit
             if graph.by_id[t].memory_bytes > 0:
                 held[k][key] = held[k].get(key, 0.0) + count * graph.by_id[t].memory_bytes
-    cost_in, cost_out = costs
     for u in part:
         readers = {owner[v] for v in graph.successors[u] if v in part and owner[v] != owner[u]}
         for k in kinds:
             if readers:
-                _crossing(lp, load[k], (tag, u, owner[u]), readers, k, count * cost_in[u][k] * unit,
-                          count * cost_out[u][k] * unit)
+                _crossing(lp, load[k], (tag, u, owner[u]), readers, k, count * hop[u][k] * unit)
 
 
-def _crossing(lp: _KeyedLP, load: dict, producer: tuple[int, str, str], readers: set[str], k: str, cost_in: float,
-              cost_out: float) -> None:
+def _crossing(lp: _KeyedLP, load: dict, producer: tuple[int, str, str], readers: set[str], k: str,
+              cost: float) -> None:
     """The rows that charge kind k for a producer's tensor (task u of representative r) coming in (a reader
     on k, r elsewhere) and going out (r on k, a reader elsewhere)."""
     tag, u, r = producer
@@ -253,14 +246,14 @@ def _crossing(lp: _KeyedLP, load: dict, producer: tuple[int, str, str], readers:
 
     def x(v: str):
         return ("x", tag, v, k)
-    if cost_in > 0 and any(lp.has(x(v)) for v in readers):
+    if cost > 0 and any(lp.has(x(v)) for v in readers):
         lp.col(("y", tag, u, k))
-        load[("y", tag, u, k)] = cost_in
+        load[("y", tag, u, k)] = cost
         for v in readers:
             if lp.has(x(v)):
                 lp.ub({("y", tag, u, k): -1.0, x(v): 1.0, **({here: -1.0} if lp.has(here) else {})})
-    if cost_out > 0 and lp.has(here):
+    if cost > 0 and lp.has(here):
         lp.col(("z", tag, u, k))
-        load[("z", tag, u, k)] = cost_out
+        load[("z", tag, u, k)] = cost
         for v in readers:
             lp.ub({("z", tag, u, k): -1.0, here: 1.0, **({x(v): -1.0} if lp.has(x(v)) else {})})
