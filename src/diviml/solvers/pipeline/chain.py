@@ -62,7 +62,8 @@ def split_chain(problem: Problem, watch: Stopwatch, *, solver: str = NAME) -> Pl
 
 
 class _Chain:
-    """A topological order's prefix sums per device: compute (inf past a task the device may not run),
+    """A topological order's prefix sums per device: compute (of the tasks it may run; a run stops before one
+    it may not),
     memory, and per cut the hops in and out of the tensors that cross it, and their network time."""
 
     def __init__(self, problem: Problem):
@@ -81,7 +82,8 @@ class _Chain:
         self.network = _over_cuts(n, spans)
         self.spans = np.array(spans, dtype=float).reshape(-1, 3)  # per crossing tensor: first, last cut, network
         self._from_entry: dict[int, tuple[list[float], list[float]]] = {}
-        self.compute: dict[tuple, list[float]] = {}
+        self.compute: dict[tuple, list[float]] = {}  # prefix sums of the times of the tasks it may run
+        self.barred: dict[tuple, list[int]] = {}  # per position, the first task at or after it it may not run
         self.hops: dict[tuple, list[float]] = {}
         self.capacity: dict[tuple, float] = {}
         self.profile: dict[str, tuple] = {}  # devices of one profile are interchangeable here
@@ -90,17 +92,17 @@ class _Chain:
             key = (d.type, d.link, d.is_host, d.memory_bytes, barred)
             self.profile[d.name] = key
             if key not in self.compute:
-                times = (problem.time(t, d.name) if d.name in problem.allowed_devices[t] else math.inf
-                         for t in self.order)
-                self.compute[key] = list(accumulate(times, initial=0.0))
+                allowed = [d.name in problem.allowed_devices[t] for t in self.order]
+                self.compute[key] = list(accumulate((problem.time(t, d.name) if ok else 0.0
+                                                     for t, ok in zip(self.order, allowed)), initial=0.0))
+                self.barred[key] = _next_barred(allowed)
                 self.hops[key] = _over_cuts(n, [(a, b, platform.hop_time(t, d)) for t, a, b in crossing])
                 self.capacity[key] = d.memory_bytes
         self.servers = _server_sequences(platform.devices, self.profile)
 
     def serial_load(self) -> float:
         """A load every device meets on any run: all the compute and every hop (a start for the bisection)."""
-        compute = max(sum(b - a for a, b in zip(prefix, prefix[1:]) if math.isfinite(b))
-                      for prefix in self.compute.values())
+        compute = max(prefix[-1] for prefix in self.compute.values())
         return compute + 2 * max(map(max, self.hops.values())) + max(self.network) + 1.0
 
     def network_in(self, entry: int | None, i: int) -> float:
@@ -140,8 +142,8 @@ class _Chain:
     def _reach(self, key, i: int, target: float, entry: int | None) -> int:
         prefix = self.compute[key]
         fixed = (self.hops[key][i] + self.network_in(entry, i)) if i > 0 else 0.0
-        j = min(bisect_right(prefix, prefix[i] + target - fixed),
-                bisect_right(self.memory, self.memory[i] + self.capacity[key] * (1 + 1e-9))) - 1
+        j = min(bisect_right(prefix, prefix[i] + target - fixed) - 1, self.barred[key][i],
+                bisect_right(self.memory, self.memory[i] + self.capacity[key] * (1 + 1e-9)) - 1)
         while j > i and self.load(key, i, j, entry) > target:
             j -= 1
         return max(j, i)
@@ -182,6 +184,15 @@ class _Chain:
             if start == self.n:
                 break
         return start, runs
+
+
+def _next_barred(allowed: list[bool]) -> list[int]:
+    """Per position 0..n, the first task at or after it that is not allowed (n where none is): a run from
+    position i may end there at the latest."""
+    barred = [len(allowed)] * (len(allowed) + 1)
+    for k in range(len(allowed) - 1, -1, -1):
+        barred[k] = k if not allowed[k] else barred[k + 1]
+    return barred
 
 
 def _over_cuts(n: int, spans: list[tuple[int, int, float]]) -> list[float]:
