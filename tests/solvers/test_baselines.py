@@ -175,3 +175,35 @@ def test_greedy_narrows_its_fill_target_between_the_grid_shares(monkeypatch):
             grid.append(greedy.best_fill(problem, Stopwatch(10))[0])
     assert all(r <= g + 1e-9 for r, g in zip(refined, grid))
     assert sum(r < g - 1e-9 for r, g in zip(refined, grid)) >= 2
+
+
+def test_a_layer_split_whose_moved_tasks_overfill_a_device_is_refused_saying_why():
+    # four layers of 10 on two 25-unit GPUs of two types: two layers each fit, but a heavy task of the second
+    # GPU's layers runs only on the first, which would then hold 30
+    from diviml import Device, Platform, Task, TaskGraph
+    ids = [f"b{i}_{j}" for i in range(4) for j in range(2)]
+    tasks = [Task(t, {"a": 1.0, "b": 1.0, "cpu": 4.0}, output_bytes=1.0, memory_bytes=10.0 if t.endswith("_0") else 0,
+                  module=f"blocks.{t[1]}.op", allowed_types=frozenset({"a"}) if t == "b2_0" else None) for t in ids]
+    platform = Platform((Device("cpu", "cpu", 1.0, is_host=True), Device("g0", "a", 25.0), Device("g1", "b", 25.0)))
+    problem = Problem(TaskGraph.create(tasks, list(zip(ids, ids[1:]))), platform, Objective("pipeline"))
+    for solver in ("uniform", "memory-split"):
+        with pytest.raises(InfeasibleError, match="may not run moved to another, and g0 would hold more than its"):
+            diviml.solve(problem, solver)
+
+
+@pytest.mark.parametrize("solver", ["uniform", "memory-split"])
+def test_a_layer_split_of_a_training_graph_keeps_each_backward_task_with_its_forward_twin(solver):
+    # PipeDream's rule (and Megatron's): a layer's backward pass runs where its forward pass ran
+    from diviml import Task, TaskGraph
+    forward = [f"b{i}_0" for i in range(4)]
+    tasks = [Task(t, {"cpu": 4.0, "gpu": 1.0}, output_bytes=1.0, memory_bytes=10.0, module=f"blocks.{t[1]}.op",
+                  colocation=t) for t in forward]
+    tasks += [Task(t + "_back", {"cpu": 8.0, "gpu": 2.0}, output_bytes=1.0, colocation=t, phase="backward")
+              for t in forward]
+    backward = [t + "_back" for t in reversed(forward)]
+    edges = list(zip(forward, forward[1:])) + [(forward[-1], backward[0])] + list(zip(backward, backward[1:]))
+    problem = Problem(TaskGraph.create(tasks, edges), _servers([[25, 25]]), Objective("pipeline"))
+    plan = diviml.solve(problem, solver)
+    device = {a.task: a.device for a in plan.assignments}
+    assert all(device[t + "_back"] == device[t] for t in forward) and validate(plan, problem).ok
+    assert _layers_per_device(plan) == {"s0gpu0": 2, "s0gpu1": 2}

@@ -5,17 +5,21 @@ check_estimator does for estimators): a new solver is tested the day it is regis
 - a bound no larger than the objective, named by its source, and a status that means one thing;
 - the time limit held: wall time at most the limit plus a stated slack;
 - the same plan for the same seed, where the solver claims determinism;
-- an option it does not take, or a bad value, refused in one line naming what it takes.
+- an option it does not take, or a bad value, refused in one line naming what it takes;
+- on small problems at the edges of the model, a valid plan or a refusal that says why, never a crash,
+  never "plan ... is invalid", and nothing printed on stdout.
 """
 
 import random
 import time
 
 import pytest
+from conftest import two_servers
 
 import diviml
-from diviml import InputError, Objective, Plan, Problem
+from diviml import InputError, Objective, Plan, Problem, Task, TaskGraph
 from diviml.bounds import BOUND_SOURCES, CRITICAL_PATH, PATH_WORK_LP, WORK_LP, lower_bound
+from diviml.errors import DivimlError, ValidationError
 from diviml.frontends import neurips2020
 from diviml.generators import layered_dag
 from diviml.solvers import OPTIONS, REGISTRY, options_of
@@ -88,3 +92,43 @@ def test_an_option_the_solver_does_not_take_is_refused_naming_those_it_takes(sol
 def test_every_option_a_solver_takes_is_in_the_one_option_map():
     for solver in REGISTRY:
         assert set(options_of(solver)) <= set(OPTIONS), solver
+
+
+def _awkward(case: str, kind: str) -> Problem:
+    """Small problems at the edges of the model, for every solver: tasks that take no time at all (the time
+    scale of a solver that works in integers has nothing to measure), as many tasks as devices (a
+    partitioner asked for as many parts as vertices), a randomly wired graph over two servers with tasks
+    barred from the GPUs (a contiguous pipeline: random moves leave devices holding sets that are not
+    convex), and a training graph (each backward task co-located with its forward twin)."""
+    rng = random.Random(case)
+    n = {"no-time": 5, "as-many-tasks": 6, "wired": 7, "training": 4}[case]
+    ids = [f"t{i}" for i in range(n)]
+    edges = sorted({(rng.randrange(v), v) for v in range(1, n) for _ in range(2)})
+    tasks = [Task(t, {"cpu": 0.0 if case == "no-time" else rng.uniform(1, 4),
+                      "a100": 0.0 if case == "no-time" else rng.uniform(0.2, 1)},
+                  output_bytes=rng.uniform(1e8, 1e9), memory_bytes=rng.choice([0, 1e9]),
+                  allowed_types=frozenset({"cpu"}) if case == "wired" and i % 3 == 2 else None,
+                  colocation=t if case == "training" else None)
+             for i, t in enumerate(ids)]
+    links = [(ids[u], ids[v]) for u, v in edges]
+    if case == "training":
+        tasks += [Task(t + "_back", {k: 2 * v for k, v in task.time.items()}, output_bytes=task.output_bytes,
+                       colocation=t, phase="backward") for t, task in zip(ids, tasks)]
+        links += [(v + "_back", u + "_back") for u, v in links] + [(ids[-1], ids[-1] + "_back")]
+    objective = {"batch": Objective("batch", 3), "pipeline": Objective("pipeline", contiguous=case != "training"),
+                 "call-latency": Objective("call-latency", max_calls=2)}.get(kind, Objective(kind))
+    return Problem(TaskGraph.create(tasks, links), two_servers(), objective)
+
+
+@pytest.mark.parametrize("case", ["no-time", "as-many-tasks", "wired", "training"])
+@pytest.mark.parametrize("solver,kind", CASES)
+def test_a_problem_at_the_edges_gets_a_valid_plan_or_a_clear_refusal(solver, kind, case, capfd):
+    problem = _awkward(case, kind)
+    try:
+        plan = diviml.solve(problem, solver, time_limit=1.0, seed=1)
+    except DivimlError as refused:  # a refusal the CLI prints in one line: never "plan by ... is invalid"
+        assert not isinstance(refused, ValidationError), refused
+    else:
+        assert diviml.validate(plan, problem).ok
+        assert plan.bound <= plan.objective * (1 + 1e-9)
+    assert capfd.readouterr().out == ""  # stdout belongs to --json: native libraries print elsewhere

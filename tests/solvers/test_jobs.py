@@ -36,3 +36,15 @@ def test_retime_starts_a_sub_problem_job_no_earlier_than_its_release_on_its_devi
     assert (start[("a", 0)], finish[("a", 0)]) == (5.0, 7.0)
     start, _ = jobs.retime({("a", 0): "P2"}, {("a", 0): 0.0})
     assert start[("a", 0)] == 0.0
+
+
+def test_an_order_key_never_puts_a_job_before_its_producer():
+    # a solver's start times may put c a rounding error before a producer that takes no time (the MILP's
+    # tolerance): the device order taken from them still runs a before c, else the simulator finds a deadlock
+    jobs = JobGraph.whole(problem())
+    key = {("a", 0): 1.0, ("b", 0): 0.0, ("c", 0): 1.0 - 1e-9}
+    assert jobs.by_key(key) == [("b", 0), ("a", 0), ("c", 0)]
+    on_p1 = {j: "P1" for j in jobs.jobs}
+    assert jobs.order(on_p1, key)["P1"] == [("b", 0), ("a", 0), ("c", 0)]
+    start, _ = jobs.retime(on_p1, key)
+    assert start[("c", 0)] == pytest.approx(4.0)

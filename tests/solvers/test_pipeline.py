@@ -7,7 +7,7 @@ from itertools import product
 import pytest
 
 import diviml
-from diviml import InputError, Objective, Problem
+from diviml import InputError, Objective, Problem, TaskGraph
 from diviml.generators import layered_dag
 from diviml.simulate import pipeline_loads
 from diviml.validate import validate
@@ -64,6 +64,8 @@ def brute_force(p: Problem, contiguous: bool) -> float:
         placement = dict(zip(p.graph.topological_order, combo))
         if contiguous and contiguity_violations(p, placement):
             continue
+        if any(d not in p.allowed_devices[t] for t, d in placement.items()):
+            continue
         best = min(best, pipeline_loads(p, placement).objective)
     return best
 
@@ -78,6 +80,20 @@ def test_dp_and_ip_are_exact_on_small_random_graphs(seed):
     dp = diviml.solve(p, "dp", time_limit=60)
     assert opt <= dp.objective * (1 + 1e-12)
     assert dp.objective <= brute_force(p, contiguous=True) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_dp_never_places_a_task_where_it_may_not_run(seed):
+    # tasks barred from the CPU: the walk's running compute once summed their inf, and a class leaving the set
+    # left inf - inf = nan behind, a load that passed every comparison (a barred task landed on the CPU)
+    g = layered_dag(7, seed=seed)
+    gpus = frozenset(t for t in g.tasks[0].time if t != "cpu")
+    barred = TaskGraph.create([replace(t, allowed_types=gpus) if k % 3 == seed % 3 else t
+                               for k, t in enumerate(g.tasks)], list(g.edges))
+    p = Problem(barred, diviml.preset("paper-server"), Objective("pipeline", contiguous=True))
+    dp = diviml.solve(p, "dp", time_limit=60)
+    assert validate(dp, p).ok
+    assert dp.objective == pytest.approx(brute_force(p, contiguous=True), rel=1e-9)
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -240,3 +256,19 @@ def test_the_ip_charges_peer_links_and_the_network_as_the_simulator_does_so_its_
     plan = diviml.solve(problem, "ip", time_limit=60, engine="highs")
     assert plan.status == "optimal" and plan.objective == pytest.approx(best, rel=1e-6)
     assert plan.bound == pytest.approx(best, rel=1e-6)
+
+
+def test_the_layer_program_prices_a_run_after_a_layer_its_device_may_not_run():
+    # four layers of 10 units: the GPU (1 s a layer) holds two, the CPU (3 s) may not run the first. Best:
+    # layers 0-1 on the GPU, 2-3 on the CPU (6 s). A running sum through the barred layer made every later
+    # CPU run inf - inf = nan, which the program took for free: it chose layer 0 alone on the GPU (9 s)
+    from diviml import Device, Link, Platform, Task, TaskGraph
+    from diviml.solvers.engines.plans import Stopwatch
+    from diviml.solvers.pipeline.layers import split_layers
+    ids = [f"l{k}_{half}" for k in range(4) for half in (0, 1)]
+    tasks = [Task(t, {"gpu": 0.5, "cpu": 1.5}, memory_bytes=10.0 if t.endswith("_0") else 0.0,
+                  module=f"blocks.{t[1]}.op", allowed_types=frozenset({"gpu"}) if t.startswith("l0") else None)
+             for t in ids]
+    platform = Platform((Device("cpu", "cpu", 1e6, is_host=True), Device("gpu", "gpu", 20.0, link=Link(1e12, 0.0))))
+    problem = Problem(TaskGraph.create(tasks, list(zip(ids, ids[1:]))), platform, Objective("pipeline"))
+    assert split_layers(problem, Stopwatch(10)).objective == pytest.approx(6.0, rel=1e-6)

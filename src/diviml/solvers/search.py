@@ -131,7 +131,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
         if out.device_of is None:
             continue
         plan = plan_from_jobs(jobs, out.device_of, out.start, solver=name, status=out.status, watch=watch)
-        if latency and out.objective:
+        if latency and out.objective and plan.objective > 0:
             stats["rounding_gap"] = max(0.0, (plan.objective - out.objective) / plan.objective)
         if best is None or plan.objective < best.objective:
             best, improved = plan, True
@@ -144,7 +144,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
                               "raise the time limit or the memory")
     if not improved:
         notes.append(f"kept the baseline plan ({baseline.solver}): the engine found nothing better")
-    if problem.objective.kind == "batch" and best_device.candidates(problem):
+    if problem.objective.kind == "batch" and best_device.candidates(problem) and best.objective > 0:
         single = best_device.solve(problem, time_limit=1.0)
         stats.update(best_device_objective=single.objective, speedup_vs_best_device=single.objective / best.objective)
     if best.objective <= bound * (1 + 1e-9):

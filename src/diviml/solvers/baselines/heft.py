@@ -70,7 +70,7 @@ def heft_schedule(jobs: JobGraph) -> tuple[dict[JobKey, str], dict[JobKey, float
         else:
             options = [d for d in jobs.devices(j)
                        if ((owner, d) in resident or memory_left[d] >= need)
-                       and all(d in problem.allowed_devices[m] for m in members)]
+                       and all(d in jobs.devices((m, j[1])) for m in members)]  # a member pinned: all are
         if not options:
             raise InfeasibleError(f"heft could not place task {task.id!r} within the devices' memory: try the "
                                   "'greedy' solver or raise the memory limit")

@@ -2,7 +2,10 @@
 
 From a random feasible placement of the co-location classes, repeatedly apply the single move (one class
 to another device) that lowers the max-load most, until none does; restart from a new random placement
-until the time runs out; keep the best. Non-contiguous splits. Seeded and deterministic for a seed.
+until the time runs out; keep the best. Non-contiguous splits, unless the objective asks for contiguous
+ones: then a start is a random topological order cut into runs over the devices (a run of a topological
+order is convex), and a move counts only where every device still holds a convex set. Seeded and
+deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import numpy as np
 
 from ...errors import InfeasibleError
 from ...problem import Problem
+from ...validate import contiguity_violations
 from ..engines.plans import Stopwatch, make_plan
 from ..pipeline.common import Contracted
 from ..pipeline.evaluate import ClassEvaluator
 
 NAME = "local-search"
+TRIES = 100  # random starts that fail memory (or contiguity) before the search gives up
 
 
 def _random_start(ev: ClassEvaluator, rng: np.random.Generator) -> np.ndarray | None:
@@ -34,7 +39,25 @@ def _random_start(ev: ClassEvaluator, rng: np.random.Generator) -> np.ndarray | 
     return dev
 
 
-def descend(ev: ClassEvaluator, dev: np.ndarray, watch: Stopwatch) -> tuple[np.ndarray, float]:
+def _random_runs(ev: ClassEvaluator, rng: np.random.Generator) -> np.ndarray | None:
+    """The topological order cut at random points into runs, one per device of a random order; None where
+    that breaks memory, a device's allowed tasks or contiguity (co-location classes spread over runs)."""
+    order = ev.problem.graph.topological_order
+    n_dev = len(ev.devices)
+    devices = rng.permutation(n_dev)
+    cuts = np.sort(rng.integers(0, len(order) + 1, size=n_dev - 1))
+    run = np.searchsorted(cuts, np.arange(len(order)), side="right")
+    dev = np.full(len(ev.size), -1, dtype=np.int64)
+    for position, task in enumerate(order):
+        c = ev.contracted.class_of[task]
+        if dev[c] < 0:
+            dev[c] = devices[run[position]]
+    if not math.isfinite(ev.value(dev)) or contiguity_violations(ev.problem, ev.placement(dev)):
+        return None
+    return dev
+
+
+def descend(ev: ClassEvaluator, dev: np.ndarray, watch: Stopwatch, contiguous: bool = False) -> tuple[np.ndarray, float]:
     value = ev.value(dev)
     n_dev = len(ev.devices)
     while not watch.expired:
@@ -46,7 +69,7 @@ def descend(ev: ClassEvaluator, dev: np.ndarray, watch: Stopwatch) -> tuple[np.n
                     continue
                 dev[c] = j
                 v = ev.value(dev)
-                if v < best[0] - 1e-12:
+                if v < best[0] - 1e-12 and not (contiguous and contiguity_violations(ev.problem, ev.placement(dev))):
                     best = (v, c, j)
             dev[c] = old
             if watch.expired:
@@ -61,17 +84,20 @@ def descend(ev: ClassEvaluator, dev: np.ndarray, watch: Stopwatch) -> tuple[np.n
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, progress=None):
     watch = Stopwatch(time_limit)
     ev = ClassEvaluator(problem, Contracted(problem))
+    contiguous = problem.objective.contiguous
+    start_at = _random_runs if contiguous else _random_start
     rng = np.random.default_rng(seed)
     best: tuple[float, np.ndarray] | None = None
     restarts = 0
     while not watch.expired or best is None:
-        start = _random_start(ev, rng)
+        start = start_at(ev, rng)
         restarts += 1
         if start is None:
-            if restarts > 100 and best is None:
-                raise InfeasibleError("local search found no random placement within the memory limits")
+            if restarts > TRIES and best is None:
+                raise InfeasibleError("local search found no random placement within the memory limits"
+                                      + (" that is contiguous: use dp or ip" if contiguous else ""))
             continue
-        dev, value = descend(ev, start, watch)
+        dev, value = descend(ev, start, watch, contiguous)
         if best is None or value < best[0]:
             best = (value, dev.copy())
             if progress:

@@ -10,7 +10,7 @@ import math
 
 from ...errors import InfeasibleError
 from ...problem import Problem
-from ..engines.layers import layer_memory, layers_of
+from ..engines.layers import colocated_layers, layer_memory
 from ..engines.plans import Stopwatch
 from .stages import fit_shares, plan_of_stages, stage_devices
 
@@ -32,7 +32,7 @@ def proportional_shares(total: int, weights: list[float]) -> list[int]:
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
     watch = Stopwatch(time_limit)
-    layers = layers_of(problem)
+    layers = colocated_layers(problem)
     memory = layer_memory(problem, layers)
     by_name = problem.platform.by_name
     devices = stage_devices(problem)

@@ -5,9 +5,10 @@ cost; METIS cuts them into one part per device with target part weights proporti
 speed (so a slow CPU gets a small part), minimising the cut. Parts go to devices, then a repair pass moves
 classes that a device may not run or cannot hold to the feasible device where they add least. Several
 seeds and imbalance settings are tried; the best plan under the problem's objective is kept.
-For latency and batch, each partition is also repaired to acyclic (DiviML's partitioner baseline: the
+For latency, batch and contiguous pipelines, each partition is also repaired to acyclic (DiviML's partitioner baseline: the
 parts, ordered by their tasks' mean topological position, must form a DAG, so each device runs its part as
-one block once its inputs arrive); both are list-scheduled by the simulator and the better is kept.
+one block once its inputs arrive, and a contiguous pipeline's devices hold convex sets); both are
+evaluated and the better is kept, but for a contiguous pipeline only a contiguous one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import numpy as np
 import pymetis
 
 from ...errors import InfeasibleError
+from ...native import native_stdout_to_stderr
 from ...problem import Problem
+from ...validate import contiguity_violations
 from ..engines.plans import Stopwatch, evaluate, make_plan
 from ..pipeline.common import Contracted
 from ..pipeline.evaluate import ClassEvaluator
@@ -48,14 +51,26 @@ def _metis_parts(ev: ClassEvaluator, n_parts: int, seed: int, ufactor: int) -> n
             adjncy.append(b)
             eweights.append(max(1, int(round(1000 * w / scale))))
         xadj.append(len(adjncy))
-    speed = np.array([1.0 / max(float(np.nansum(finite[:, j])), 1e-300) for j in range(len(ev.devices))])
-    tpwgts = list(speed / speed.sum())
-    if n_parts == 1 or n < n_parts:
+    if n_parts == 1 or n <= n_parts:  # METIS fails (and prints) when asked for as many parts as vertices
         return np.zeros(n, dtype=np.int64)
     opts = pymetis.Options(seed=seed, ufactor=ufactor)
-    _, parts = pymetis.part_graph(n_parts, adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=vweights,
-                                  eweights=eweights, tpwgts=tpwgts, options=opts)
+    with native_stdout_to_stderr():
+        _, parts = pymetis.part_graph(n_parts, adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=vweights,
+                                      eweights=eweights, tpwgts=_part_weights(finite), options=opts)
     return np.array(parts, dtype=np.int64)
+
+
+def _part_weights(finite: np.ndarray) -> list[float]:
+    """Each device's share of the graph, in proportion to its speed (the inverse of the time it would take to
+    run every task it may run), each share at least a thousandth of an equal one: METIS rejects shares of 0,
+    and a device that runs everything in no time would otherwise take every share."""
+    n_parts = finite.shape[1]
+    work = np.nansum(finite, axis=0)
+    runs = np.isfinite(finite).any(axis=0)
+    speed = np.where(runs, 1.0 / np.maximum(work, 1e-12), 0.0)
+    share = speed / speed.sum() if speed.sum() > 0 else np.full(n_parts, 1.0 / n_parts)
+    share = np.maximum(share, 1e-3 / n_parts)
+    return list(share / share.sum())
 
 
 def _repair(ev: ClassEvaluator, dev: np.ndarray) -> np.ndarray | None:
@@ -116,15 +131,18 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
     contracted = Contracted(problem)
     ev = ClassEvaluator(problem, contracted)
     best = None
+    contiguous = problem.objective.kind == "pipeline" and problem.objective.contiguous
     for trial, ufactor in enumerate((30, 100, 300, 1000)):
         for s in range(3):
             dev = _repair(ev, _metis_parts(ev, len(ev.devices), seed * 7 + s, ufactor))
             if dev is None:
                 continue
             placements = [ev.placement(dev)]
-            if problem.objective.kind in ("latency", "batch"):
+            if problem.objective.kind in ("latency", "batch") or contiguous:
                 placements.append(acyclic(problem, placements[0]))
             for placement in placements:
+                if contiguous and contiguity_violations(problem, placement):
+                    continue
                 value = evaluate(problem, {t: [(d, problem.batch_size)] for t, d in placement.items()})[0]
                 if best is None or value < best[0]:
                     best = (value, placement)
@@ -133,5 +151,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
         if watch.expired:
             break
     if best is None:
-        raise InfeasibleError("the partitioner found no split that fits the memory limits")
+        raise InfeasibleError("the partitioner found no split that fits the memory limits" + (
+            " and is contiguous (its parts, made acyclic, still left a device and came back): use dp or ip"
+            if contiguous else ""))
     return make_plan(problem, placement=best[1], solver=NAME, status="feasible", watch=watch)

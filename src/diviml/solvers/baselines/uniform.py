@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...errors import InfeasibleError
 from ...problem import Problem
-from ..engines.layers import layer_memory, layers_of
+from ..engines.layers import colocated_layers, layer_memory
 from ..engines.plans import Stopwatch
 from .stages import by_server, plan_of_stages, stage_devices
 
@@ -29,7 +29,7 @@ def equal_shares(layers: int, stages: int) -> list[int]:
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
     watch = Stopwatch(time_limit)
-    layers = layers_of(problem)
+    layers = colocated_layers(problem)
     memory = layer_memory(problem, layers)
     by_name = problem.platform.by_name
     accelerators, everything = stage_devices(problem), by_server(problem)

@@ -55,8 +55,9 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     began = time.perf_counter()  # building the model counts against the limit too (20,000 tasks: seconds)
     tick = max(upper, 1e-300) / resolution
 
-    def ticks(x: float) -> int:
-        return int(math.floor(x / tick + 1e-9))
+    def ticks(x: float) -> int:  # beyond twice the horizon, a time only forbids (all times zero: UB = 0)
+        scaled = x / tick
+        return int(math.floor(scaled + 1e-9)) if scaled < 2 * resolution else 2 * resolution
 
     # the model in phases: variables and devices, precedence with transfers, memory, co-location and
     # symmetry, the makespan with its redundant cuts, then the first schedule as a hint

@@ -16,6 +16,7 @@ window of it) has ``delivery``: the time the job's successors outside it need, a
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -121,13 +122,12 @@ class JobGraph:
 
     def retime(self, device_of: Mapping[JobKey, str], order_key: Mapping[JobKey, float]) -> tuple[dict, dict]:
         """Start and finish of every job on its device in ``device_of``, each device running its jobs in the
-        order of ``order_key`` (ties: topological position) as early as possible: after the job's release
+        order of ``order_key`` (:meth:`by_key`) as early as possible: after the job's release
         there, the device's previous job and its producers' outputs (sent where they must be)."""
-        position = {j: i for i, j in enumerate(self.jobs)}
         start: dict = {}
         finish: dict = {}
         free: dict = {}
-        for j in sorted(self.jobs, key=lambda j: (order_key[j], position[j])):
+        for j in self.by_key(order_key):
             d = device_of[j]
             s = max([self.released(j, d), free.get(d, 0.0)]
                     + [finish[u] + self.transfer(u, device_of[u], d) for u in self.preds(j)])
@@ -137,11 +137,28 @@ class JobGraph:
 
     def order(self, device_of: dict[JobKey, str], start: dict[JobKey, float]) -> dict[str, list[tuple[str, int]]]:
         """Device -> [(task, part index)] by start time (ties: topological position)."""
-        position = {j: i for i, j in enumerate(self.jobs)}
         order: dict[str, list[tuple[str, int]]] = {d.name: [] for d in self.problem.platform.devices}
-        for j in sorted(self.jobs, key=lambda j: (start[j], position[j])):
+        for j in self.by_key(start):
             order[device_of[j]].append(j)
         return order
+
+    def by_key(self, key: Mapping[JobKey, float]) -> list[JobKey]:
+        """Every job, by ``key`` (ties: topological position), but never before its producers: a solver's
+        start times may put a job a rounding error before a producer that takes no time, and a device
+        order taken from them must still run (the simulator would find it deadlocked)."""
+        position = {j: i for i, j in enumerate(self.jobs)}
+        waiting = {j: len(self.preds(j)) for j in self.jobs}
+        ready = [(key[j], position[j], j) for j, n in waiting.items() if n == 0]
+        heapq.heapify(ready)
+        out = []
+        while ready:
+            *_, j = heapq.heappop(ready)
+            out.append(j)
+            for v in self.succs(j):
+                waiting[v] -= 1
+                if waiting[v] == 0:
+                    heapq.heappush(ready, (key[v], position[v], v))
+        return out
 
 
 def batch_splits(problem: Problem) -> list[tuple[int, ...]]:

@@ -13,7 +13,7 @@ from collections import Counter
 
 from ...problem import Problem
 
-__all__ = ["layers_of", "layer_memory", "runs_from_choices"]
+__all__ = ["colocated_layers", "layers_of", "layer_memory", "runs_from_choices"]
 
 _NUMBERED = re.compile(r"^(.*?)\.(\d+)(?:\.|$)")
 
@@ -54,6 +54,24 @@ def layers_of(problem: Problem) -> list[list[str]]:
     if pending:
         layers.append(pending)
     return layers
+
+
+def colocated_layers(problem: Problem) -> list[list[str]]:
+    """:func:`layers_of` with each co-location group in the layer of its earliest member (a training graph's
+    backward task in its forward twin's layer) and the layers left empty dropped, so that a run of layers
+    keeps every group on one device."""
+    layers = layers_of(problem)
+    groups = problem.colocation_groups
+    if not groups:
+        return layers
+    layer_of = {t: k for k, layer in enumerate(layers) for t in layer}
+    home = {g: min(layer_of[t] for t in members) for g, members in groups.items()}
+    out: list[list[str]] = [[] for _ in layers]
+    for k, layer in enumerate(layers):
+        for t in layer:
+            group = problem.graph.by_id[t].colocation
+            out[home[group] if group in home else k].append(t)
+    return [layer for layer in out if layer]
 
 
 def layer_memory(problem: Problem, layers: list[list[str]]) -> list[float]:

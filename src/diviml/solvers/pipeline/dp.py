@@ -146,7 +146,7 @@ def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideal
         np.array([len(consumers) for _, _, consumers in contracted.producers], dtype=np.int64),
         state_ok, radix)
     scratch = (np.zeros(num, dtype=np.bool_), np.zeros(num_prod, dtype=np.int64), np.zeros(nd), np.zeros(nd),
-               np.zeros(num + 1, dtype=np.int64), np.zeros(num + 1, dtype=np.int64),
+               np.zeros(nd, dtype=np.int64), np.zeros(num + 1, dtype=np.int64), np.zeros(num + 1, dtype=np.int64),
                np.zeros(num + 1, dtype=np.int64), np.zeros((num + 1, nd)))
     full, top = len(masks) - 1, n_states - 1
     pairs = 0

@@ -21,9 +21,12 @@ from numba import njit
 @njit(cache=True, nogil=True)
 def walk_from(i, trans_ptr, trans_pos, trans_class, trans_child, times, sizes, memory, comm_class, hop,
               prod_ptr, prod_list, cons_ptr, cons_list, producer_class, need, state_ok, radix, upper,
-              dp, arg_prev, arg_class, in_set, count, comp, comm, stack_ideal, stack_next, stack_class,
+              dp, arg_prev, arg_class, in_set, count, comp, comm, barred, stack_ideal, stack_next, stack_class,
               stack_delta):
-    """Walk every J > ideal ``i`` and update ``dp``; returns the number of (I, J) pairs visited."""
+    """Walk every J > ideal ``i`` and update ``dp``; returns the number of (I, J) pairs visited. ``comp``
+    sums S's finite times per device class and ``barred`` counts its classes that may not run there: a
+    running sum with infinite times would give inf - inf = nan when a class leaves S, and a nan load passes
+    every comparison."""
     nd = times.shape[0]
     n_states = dp.shape[1]
     pairs = 0
@@ -40,7 +43,10 @@ def walk_from(i, trans_ptr, trans_pos, trans_class, trans_child, times, sizes, m
                 c = stack_class[depth]
                 size -= sizes[c]
                 for d in range(nd):
-                    comp[d] -= times[d, c]
+                    if times[d, c] == np.inf:
+                        barred[d] -= 1
+                    else:
+                        comp[d] -= times[d, c]
                     comm[d] -= stack_delta[depth, d]
                 for q in range(cons_ptr[c], cons_ptr[c + 1]):
                     count[cons_list[q]] -= 1
@@ -79,11 +85,14 @@ def walk_from(i, trans_ptr, trans_pos, trans_class, trans_child, times, sizes, m
         size += sizes[c]
         alive = False
         for d in range(nd):
-            comp[d] += times[d, c]
+            if times[d, c] == np.inf:
+                barred[d] += 1
+            else:
+                comp[d] += times[d, c]
             comm[d] += delta[d]
         pairs += 1
         for d in range(nd):
-            if comp[d] == np.inf or size > memory[d]:
+            if barred[d] > 0 or size > memory[d]:
                 continue
             if comp[d] <= upper:
                 alive = True

@@ -72,13 +72,20 @@ class _LayerCosts:
                                           for t in layer) for d in platform.devices})
             leaving = [graph.by_id[t] for t in layer if any(layer_of[v] > k for v in graph.successors[t])]
             self.hop.append({d.name: sum(platform.hop_time(t, d) for t in leaving) for d in platform.devices})
-        self.prefix = {d.name: [0.0] for d in platform.devices}  # compute of layers 0..k-1, per device
+        # per device, of layers 0..k-1: the finite compute, and how many layers may not run there (a sum with
+        # their inf would make a later run's difference inf - inf = nan, which passes every comparison)
+        self.prefix = {d.name: [0.0] for d in platform.devices}
+        self.barred = {d.name: [0] for d in platform.devices}
         for row in self.time:
             for name, times in self.prefix.items():
-                times.append(times[-1] + row[name])
+                finite = math.isfinite(row[name])
+                times.append(times[-1] + (row[name] if finite else 0.0))
+                self.barred[name].append(self.barred[name][-1] + (not finite))
 
     def load(self, device: str, i: int, j: int) -> float:
         """A run of layers i..j-1 on ``device``: its compute, its input hop in and its output hop out."""
+        if self.barred[device][j] > self.barred[device][i]:
+            return math.inf
         total = self.prefix[device][j] - self.prefix[device][i]
         if i > 0:
             total += self.hop[i - 1][device]
