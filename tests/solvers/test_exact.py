@@ -5,6 +5,7 @@ import math
 from dataclasses import replace
 
 import pytest
+from conftest import graph, two_device_platform
 
 import diviml
 from diviml import InfeasibleError, Objective, Problem
@@ -113,7 +114,6 @@ def test_a_tiny_time_limit_still_returns_a_valid_plan_with_its_status():
 
 def test_memory_limits_are_respected_even_where_heft_fails():
     # three 6-byte tasks on two 12-byte devices: HEFT puts a and b side by side then cannot place c
-    from conftest import graph, two_device_platform
     g = graph({"a": ({"x": 1, "y": 1}, 0), "b": ({"x": 1, "y": 1}, 0), "c": ({"x": 1, "y": 1}, 0),
                "d": ({"x": 1, "y": 1}, 0)}, [("a", "d"), ("b", "d"), ("c", "d")],
               a={"memory_bytes": 6.0}, b={"memory_bytes": 6.0}, c={"memory_bytes": 6.0}, d={"memory_bytes": 6.0})
@@ -127,7 +127,6 @@ def test_memory_limits_are_respected_even_where_heft_fails():
 
 
 def test_infeasible_memory_is_reported():
-    from conftest import graph, two_device_platform
     g = graph({x: ({"x": 1, "y": 1}, 0) for x in "abc"}, [("a", "b"), ("a", "c")],
               a={"memory_bytes": 7.0, "colocation": "g"}, b={"memory_bytes": 7.0, "colocation": "g"},
               c={"memory_bytes": 1.0})
@@ -209,3 +208,16 @@ def test_gurobi_size_limit_is_said_in_one_line_and_highs_solves_instead():
     r = solve_linear(m, time_limit=20, engine="gurobi")
     assert r.engine == "highs" and "size-limited" in r.note and "\n" not in r.note
     assert r.status == "optimal" and r.objective == pytest.approx(-3.0)
+
+
+def test_a_task_that_takes_no_time_runs_before_a_long_one_that_starts_with_it():
+    # a feeds a long task b and a free task z on P1; z's output (1 s to send) feeds w on P2. CP-SAT starts b
+    # and z together; run in that tie's topological order, z waited for b (makespan 12) where the model's
+    # schedule sends z's output at once (7), and exact called the slower plan optimal
+    x = frozenset({"x"})
+    spec = {"a": ({"x": 1.0}, 0.0), "b": ({"x": 5.0}, 0.0), "z": ({"x": 0.0}, 1.0), "w": ({"y": 5.0}, 0.0)}
+    g = graph(spec, [("a", "b"), ("a", "z"), ("z", "w")], z={"allowed_types": x})
+    problem = Problem(g, two_device_platform(), Objective("latency"))
+    for solver in ("exact", "milp"):
+        plan = diviml.solve(problem, solver, time_limit=20)
+        assert plan.objective == pytest.approx(7.0) and plan.status == "optimal"

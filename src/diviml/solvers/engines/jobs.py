@@ -21,7 +21,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Mapping
+from typing import Any, Mapping
 
 from ...problem import Problem
 
@@ -136,13 +136,16 @@ class JobGraph:
         return start, finish
 
     def order(self, device_of: dict[JobKey, str], start: dict[JobKey, float]) -> dict[str, list[tuple[str, int]]]:
-        """Device -> [(task, part index)] by start time (ties: topological position)."""
+        """Device -> [(task, part index)] by start time, then end time (a job that takes no time starts and ends
+        before one that takes time and starts with it, as the solver's schedule has it), then topological
+        position."""
         order: dict[str, list[tuple[str, int]]] = {d.name: [] for d in self.problem.platform.devices}
-        for j in self.by_key(start):
+        key = {j: (start[j], start[j] + self.duration(j, device_of[j])) for j in self.jobs}
+        for j in self.by_key(key):
             order[device_of[j]].append(j)
         return order
 
-    def by_key(self, key: Mapping[JobKey, float]) -> list[JobKey]:
+    def by_key(self, key: Mapping[JobKey, Any]) -> list[JobKey]:
         """Every job, by ``key`` (ties: topological position), but never before its producers: a solver's
         start times may put a job a rounding error before a producer that takes no time, and a device
         order taken from them must still run (the simulator would find it deadlocked)."""

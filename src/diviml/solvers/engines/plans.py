@@ -66,10 +66,14 @@ def evaluate(problem: Problem, parts: Parts, order: Mapping[str, Sequence[tuple[
         return value, tuple(Assignment(t, placement[t]) for t in problem.graph.topological_order)
     sched = schedule(problem, parts, order)
     batch = problem.objective.kind == "batch"
-    topo = {t: i for i, t in enumerate(problem.graph.topological_order)}
-    # listed in topological order, so that equal start times on a device keep a dependency-safe order
+    first: dict[str, int] = {}
+    for k, job in enumerate(sched.jobs):
+        first.setdefault(job.task, k)
+    # tasks listed in the order the simulator ran them (each task's parts in sample order), so that a reader
+    # ordering a device's jobs by start time keeps the simulator's order where starts tie (a task that takes
+    # no time runs before one that takes time and starts with it)
     return sched.makespan, tuple(Assignment(j.task, j.device, j.start, j.batch if batch else None)
-                                 for j in sorted(sched.jobs, key=lambda j: (topo[j.task], j.offset)))
+                                 for j in sorted(sched.jobs, key=lambda j: (first[j.task], j.offset)))
 
 
 def make_plan(problem: Problem, parts: Parts | None = None, *, placement: Mapping[str, str] | None = None,
