@@ -27,10 +27,15 @@ def _problem(graph, platform, calls=1):
 
 
 def _brute_force(problem) -> float:
-    """The best makespan over every placement the simulator accepts."""
+    """The best makespan over every placement the simulator accepts that fits every device's memory."""
     tasks = problem.graph.topological_order
     best = math.inf
     for choice in itertools.product(*(problem.allowed_devices[t] for t in tasks)):
+        held: dict[str, float] = {}
+        for t, d in zip(tasks, choice):
+            held[d] = held.get(d, 0.0) + problem.graph.by_id[t].memory_bytes
+        if any(b > problem.platform.by_name[d].memory_bytes for d, b in held.items()):
+            continue
         try:
             best = min(best, call_latency(problem, dict(zip(tasks, choice))).makespan)
         except ValidationError:  # needs more calls than allowed
@@ -84,3 +89,18 @@ def test_on_the_published_latency_scenario_it_beats_the_baselines_and_proves_it(
     assert plan.status == "optimal" and plan.gap <= 1e-4
     for baseline in ("greedy", "best-device"):
         assert plan.objective <= diviml.solve(problem, baseline, time_limit=10).objective * (1 + 1e-9)
+
+
+def test_the_host_holds_no_more_than_its_memory():
+    # tasks that take no time, 9 GB of weights: the host holds 5 GB and the accelerator 6, and ``a`` runs only
+    # on the accelerator. The model once counted memory on accelerators only: its placement (all but ``a`` on
+    # the host) was refused by the validator, and with no baseline fitting either, no plan came back at all
+    spec = {"a": (2.5, 2, ("acc",)), "b": (0.0, 2, None), "c": (1.0, 2, None), "d": (1.3, 1, None), "e": (2.0, 2, None)}
+    tasks = [Task(t, {"cpu": 0.0, "acc": 0.0}, output_bytes=out, memory_bytes=gb * 1e9,
+                  allowed_types=frozenset(only) if only else None) for t, (out, gb, only) in spec.items()]
+    edges = [("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("c", "d"), ("d", "e")]
+    platform = Platform((Device("cpu", "cpu", 5e9, is_host=True), Device("acc", "acc", 6e9, link=Link(1.0, 0.0))))
+    problem = _problem(TaskGraph.create(tasks, edges), platform)
+    plan = diviml.solve(problem, "call-exact", time_limit=20)
+    assert diviml.validate(plan, problem).ok and plan.status == "optimal"
+    assert plan.objective == pytest.approx(_brute_force(problem), rel=1e-5)
