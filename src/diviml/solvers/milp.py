@@ -11,6 +11,8 @@ assignment and the order of the starts.
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -28,11 +30,16 @@ NAME = "milp"
 SCALE = 1000.0
 
 
-def build(jobs: JobGraph, upper: float, symmetry: str = "tasks"):
-    """(model, variable maps) of the MILP; ``upper`` is a known makespan (big-M and C's upper bound)."""
+class BuildTimeout(Exception):
+    """The model was not built by its deadline (its disjunctions grow with the square of the jobs)."""
+
+
+def build(jobs: JobGraph, upper: float, symmetry: str = "tasks", deadline: float = math.inf):
+    """(model, variable maps) of the MILP; ``upper`` is a known makespan (big-M and C's upper bound). Raises
+    BuildTimeout where building runs past ``deadline`` (``time.perf_counter()``)."""
     # times are scaled so the known makespan is SCALE: seconds-sized coefficients (1e-6..1e-3) sit at
     # the level of the engines' tolerances and HiGHS then declares wrong optima (measured)
-    f = _Formulation(jobs, LinearModel(), SCALE / max(upper, 1e-300), SCALE * (1 + 1e-9))
+    f = _Formulation(jobs, LinearModel(), SCALE / max(upper, 1e-300), SCALE * (1 + 1e-9), deadline)
     # the model in phases: variables, one device per job and the makespan, precedence with transfers,
     # order on a shared device, memory, co-location, symmetry
     f.x = {(j, d): f.m.binary() for j in jobs.jobs for d in jobs.devices(j)}
@@ -56,16 +63,25 @@ class _Formulation:
     m: LinearModel
     unit: float
     big: float
+    deadline: float = math.inf
     x: dict = field(default_factory=dict)
     s: dict = field(default_factory=dict)
     c: int = -1
+    ends: dict = field(default_factory=dict)
 
     def duration(self, j, d) -> float:
         return self.jobs.duration(j, d) * self.unit
 
     def end(self, j) -> list:
-        """Terms of e[j]."""
-        return [(self.s[j], 1.0)] + [(self.x[j, d], self.duration(j, d)) for d in self.jobs.devices(j)]
+        """Terms of e[j] (computed once a job: precedence and order rows repeat them for every device pair)."""
+        if j not in self.ends:
+            self.ends[j] = [(self.s[j], 1.0)] + [(self.x[j, d], self.duration(j, d)) for d in self.jobs.devices(j)]
+        return self.ends[j]
+
+    def check_deadline(self, rows: str) -> None:
+        if time.perf_counter() > self.deadline:
+            raise BuildTimeout(f"the MILP's {rows} ({len(self.jobs.jobs):,} jobs on {len(self.jobs.problem.platform.devices)} "
+                               "devices) took longer to build than the time it had; a longer --time-limit builds them")
 
     def assignment(self) -> None:
         """One device per job; the makespan after every sink; every job ends within the horizon."""
@@ -79,6 +95,7 @@ class _Formulation:
         """A consumer starts after its producer ends, plus the transfer where their devices differ."""
         jobs = self.jobs
         for v in jobs.jobs:
+            self.check_deadline("precedence rows")
             for u in jobs.preds(v):
                 self.m.row([(self.s[v], 1.0)] + [(i, -w) for i, w in self.end(u)], 0.0)
                 for a in jobs.devices(u):
@@ -97,6 +114,7 @@ class _Formulation:
         closure = {j: nx.descendants(dag, j) for j in jobs.jobs}
         order = {}
         for a_i, i in enumerate(jobs.jobs):
+            self.check_deadline("order rows")
             for j in jobs.jobs[a_i + 1:]:
                 common = set(jobs.devices(i)) & set(jobs.devices(j))
                 if j in closure[i] or i in closure[j] or not common:
@@ -162,9 +180,13 @@ def hint_vector(m: LinearModel, maps, jobs: JobGraph, symmetry: str) -> list[flo
 
 def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0, engine: str = "auto",
                symmetry: str = "tasks", threads: int | None = None) -> Outcome:
-    m, maps = build(jobs, upper, symmetry)
-    result = solve_linear(m, time_limit=time_limit, seed=seed, hint=hint_vector(m, maps, jobs, symmetry),
-                          engine=engine, threads=threads)
+    began = time.perf_counter()
+    try:
+        m, maps = build(jobs, upper, symmetry, deadline=began + time_limit)
+    except BuildTimeout as exc:
+        return Outcome(None, None, "unknown", 0.0, None, {"note": str(exc)})
+    result = solve_linear(m, time_limit=max(time_limit - (time.perf_counter() - began), 0.01), seed=seed,
+                          hint=hint_vector(m, maps, jobs, symmetry), engine=engine, threads=threads)
     stats = {"milp_variables": float(m.num_vars), "milp_rows": float(len(m.rows))}
     if result.status == "infeasible":
         return Outcome(None, None, "infeasible", float("inf"), None, stats)
