@@ -3,8 +3,8 @@
 From a random feasible placement of the co-location classes, repeatedly apply the single move (one class
 to another device) that lowers the max-load most, until none does; restart from a new random placement
 until the time runs out; keep the best. Non-contiguous splits, unless the objective asks for contiguous
-ones: then a start is a random topological order cut into runs over the devices (a run of a topological
-order is convex), and a move counts only where every device still holds a convex set. Seeded and
+ones: then a start is a topological order of the classes cut into runs over the devices (a run of a
+topological order is convex), and a move counts only where every device still holds a convex set. Seeded and
 deterministic for a seed.
 """
 
@@ -40,18 +40,26 @@ def _random_start(ev: ClassEvaluator, rng: np.random.Generator) -> np.ndarray | 
 
 
 def _random_runs(ev: ClassEvaluator, rng: np.random.Generator) -> np.ndarray | None:
-    """The topological order cut at random points into runs, one per device of a random order; None where
-    that breaks memory, a device's allowed tasks or contiguity (co-location classes spread over runs)."""
-    order = ev.problem.graph.topological_order
-    n_dev = len(ev.devices)
-    devices = rng.permutation(n_dev)
-    cuts = np.sort(rng.integers(0, len(order) + 1, size=n_dev - 1))
-    run = np.searchsorted(cuts, np.arange(len(order)), side="right")
+    """The classes in topological order cut into runs, one per device of a random order, each run ending at a random
+    share of the work, or earlier where the next class would not fit the device's memory or may not run
+    there; None where the devices run out first."""
+    devices = list(rng.permutation(len(ev.devices)))
+    finite = np.where(np.isfinite(ev.time), ev.time, np.nan)
+    work = np.nan_to_num(np.nanmin(finite, axis=1))
+    share = rng.random(len(devices)) + 1e-9
+    target = np.cumsum(share / share.sum()) * work.sum()
     dev = np.full(len(ev.size), -1, dtype=np.int64)
-    for position, task in enumerate(order):
-        c = ev.contracted.class_of[task]
-        if dev[c] < 0:
-            dev[c] = devices[run[position]]
+    run, done, held = 0, 0.0, 0.0
+    for c in ev.contracted.topological_order:
+        while run < len(devices) and (not math.isfinite(ev.time[c, devices[run]])
+                                      or held + ev.size[c] > ev.capacity[devices[run]]
+                                      or (done > target[run] and held > 0)):
+            run, held = run + 1, 0.0
+        if run == len(devices):
+            return None
+        dev[c] = devices[run]
+        held += ev.size[c]
+        done += work[c]
     if not math.isfinite(ev.value(dev)) or contiguity_violations(ev.problem, ev.placement(dev)):
         return None
     return dev

@@ -8,7 +8,8 @@ seeds and imbalance settings are tried; the best plan under the problem's object
 For latency, batch and contiguous pipelines, each partition is also repaired to acyclic (DiviML's partitioner baseline: the
 parts, ordered by their tasks' mean topological position, must form a DAG, so each device runs its part as
 one block once its inputs arrive, and a contiguous pipeline's devices hold convex sets); both are
-evaluated and the better is kept, but for a contiguous pipeline only a contiguous one.
+evaluated and the better is kept, but for a contiguous pipeline only a contiguous one; there the parts
+are also read as runs of a topological order of the classes, with the partition's shares.
 """
 
 from __future__ import annotations
@@ -96,6 +97,24 @@ def _repair(ev: ClassEvaluator, dev: np.ndarray) -> np.ndarray | None:
     return dev
 
 
+def _in_runs(ev: ClassEvaluator, dev: np.ndarray) -> np.ndarray:
+    """The parts read as consecutive runs of a topological order of the classes (a contiguous split with the
+    partition's shares): devices ranked by the mean position of their part's classes, each taking as many
+    classes in a row as its part holds."""
+    order = ev.contracted.topological_order
+    position = {c: k for k, c in enumerate(order)}
+    parts: dict[int, list[int]] = {}
+    for c, d in enumerate(dev):
+        parts.setdefault(int(d), []).append(position[c])
+    out = dev.copy()
+    start = 0
+    for d in sorted(parts, key=lambda d: sum(parts[d]) / len(parts[d])):
+        for c in order[start:start + len(parts[d])]:
+            out[c] = d
+        start += len(parts[d])
+    return out
+
+
 def acyclic(problem: Problem, placement: dict[str, str]) -> dict[str, str]:
     """The placement with every task moved, in topological order, to the latest-ranked part among its
     producers' when its own part ranks earlier (parts ranked by mean topological position), so that the
@@ -140,6 +159,10 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
             placements = [ev.placement(dev)]
             if problem.objective.kind in ("latency", "batch") or contiguous:
                 placements.append(acyclic(problem, placements[0]))
+            if contiguous:
+                runs = _repair(ev, _in_runs(ev, dev))
+                if runs is not None:
+                    placements.append(ev.placement(runs))
             for placement in placements:
                 if contiguous and contiguity_violations(problem, placement):
                     continue

@@ -101,6 +101,15 @@ class Contracted:
         return {(a, b) for a, b in edges if a != b}
 
     @cached_property
+    def topological_order(self) -> list[int]:
+        """The classes in a topological order of :attr:`forward_edges` (smallest class first among the ready
+        ones): a run of it is a convex set, a contiguous stage."""
+        graph = nx.DiGraph()
+        graph.add_nodes_from(range(self.num_classes))
+        graph.add_edges_from(self.forward_edges)
+        return list(nx.lexicographical_topological_sort(graph))
+
+    @cached_property
     def producers(self) -> list[tuple[str, int, frozenset[int]]]:
         """(task, its class, classes of its consumers other than its own) for tasks whose output leaves."""
         graph = self.problem.graph
