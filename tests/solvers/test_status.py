@@ -1,8 +1,10 @@
 """Statuses mean one thing each (README, "Statuses"): optimal = proved, timeout = the limit was reached,
 feasible = stopped before the limit without a proof."""
 
+import pytest
+
 import diviml
-from diviml.generators import layered_dag
+from diviml.generators import layered_dag, random_dag
 from diviml.plan import Plan
 from diviml.platform import Device, Platform
 from diviml.solvers import settle_status
@@ -53,12 +55,15 @@ def test_a_solve_that_runs_to_its_limit_says_timeout():
     assert p.status == "timeout" and p.gap > 0 and diviml.validate(p, problem).ok
 
 
-def test_a_milp_too_large_to_build_in_its_time_ends_at_its_limit_and_says_why():
-    # 80 tasks in 4 sub-batches on 9 devices: the order rows alone took 13 s to build for a 3 s limit
+@pytest.mark.parametrize("solver", ["milp", "exact"])
+def test_a_model_too_large_to_build_in_its_time_ends_at_its_limit_and_says_why(solver):
+    # 200 tasks in up to 4 sub-batches on six-servers' 26 devices: the rows for every pair of devices took
+    # 7 s (CP-SAT) and minutes (MILP) to build for a 3 s limit
     import time
-    problem = diviml.Problem(layered_dag(80, seed=0, device_types=("cpu", "h100-sxm")), diviml.preset("h100-nvlink-8"),
+    types = ("cpu", "a100", "v100", "h100")
+    problem = diviml.Problem(random_dag(200, seed=20, device_types=types), diviml.preset("six-servers"),
                              diviml.Objective("batch", 4))
     started = time.perf_counter()
-    p = diviml.solve(problem, "milp", time_limit=3)
+    p = diviml.solve(problem, solver, time_limit=3)
     assert time.perf_counter() - started < 3 + 2.5 and diviml.validate(p, problem).ok
     assert p.status == "timeout" and any("took longer to build" in n for n in p.notes)

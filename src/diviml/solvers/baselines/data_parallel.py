@@ -61,6 +61,8 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
         while improved and not watch.expired:
             improved = False
             for a, b in itertools.permutations(range(len(devices)), 2):
+                if watch.expired:
+                    break
                 if best[a] == 0:
                     continue
                 moved = tuple(s - (i == a) + (i == b) for i, s in enumerate(best))

@@ -63,7 +63,10 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     # symmetry, the makespan with its redundant cuts, then the first schedule as a hint
     m = _Model()
     v = _variables(m, jobs, ticks, resolution)
-    _precedence(m, jobs, v, ticks)
+    if not _precedence(m, jobs, v, ticks, began + time_limit):
+        return Outcome(None, None, "unknown", 0.0, None, {"tick": tick, "note": (
+            f"the CP-SAT model ({len(jobs.jobs):,} jobs on {len(jobs.problem.platform.devices)} devices) took "
+            "longer to build than the time it had; a longer --time-limit builds it")})
     _memory(m, jobs, v.x)
     _colocation(m, jobs, v.x)
     _symmetry(m, jobs, v.x, symmetry, ticks)
@@ -120,10 +123,13 @@ def _variables(m: cp_model.CpModel, jobs: JobGraph, ticks, horizon: int) -> _Var
     return _Vars(start, end, x, duration, per_device)
 
 
-def _precedence(m: cp_model.CpModel, jobs: JobGraph, v: _Vars, ticks) -> None:
+def _precedence(m: cp_model.CpModel, jobs: JobGraph, v: _Vars, ticks, deadline: float) -> bool:
     """A consumer starts after its producer ends, plus the transfer between the devices chosen (linear in the
-    producer's assignment, 0 when both are on one device), enforced on the consumer's device literal."""
+    producer's assignment, 0 when both are on one device), enforced on the consumer's device literal. False
+    where building runs past ``deadline`` (``time.perf_counter()``): pairs of devices grow with their square."""
     for job in jobs.jobs:
+        if time.perf_counter() > deadline:
+            return False
         for u in jobs.preds(job):
             m.add(v.start[job] >= v.end[u])
             for c in jobs.devices(job):
@@ -131,6 +137,7 @@ def _precedence(m: cp_model.CpModel, jobs: JobGraph, v: _Vars, ticks) -> None:
                 comm = [(w, lit) for w, lit in comm if w > 0]
                 if comm:
                     m.add(v.start[job] >= v.end[u] + sum(w * lit for w, lit in comm)).only_enforce_if(v.x[job, c])
+    return True
 
 
 def _makespan(m: cp_model.CpModel, jobs: JobGraph, v: _Vars, ticks, horizon: int, cutoff: float | None,

@@ -72,7 +72,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     watch = Stopwatch(time_limit)
     workers = workers or max(os.cpu_count() or 1, 1)
     background = Background(problem, watch, workers)
-    splits = promising_splits(problem)
+    splits = promising_splits(problem, watch)
     if progress:
         progress(f"{label}: {len(chain.modules)} modules ({size_note}{len(chain.series_points)} "
                  f"series points, {chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} "
