@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from diviml.solvers.engines.highs import CHILD_COLUMNS
+from diviml.solvers.engines.highs import CHILD_SIZE
 from diviml.solvers.engines.linear import LinearModel, solve_linear
 
 
@@ -36,7 +36,7 @@ def test_a_solve_whose_presolve_ignores_the_clock_still_ends_at_the_time_limit()
 
 
 def test_a_stopped_solve_returns_the_best_solution_it_reported_with_its_bound():
-    m = knapsacks(CHILD_COLUMNS + 1000)
+    m = knapsacks(CHILD_SIZE + 1000)
     started = time.perf_counter()
     result = solve_linear(m, time_limit=1.5, engine="highs")
     assert time.perf_counter() - started < 1.5 + 0.5
@@ -46,7 +46,7 @@ def test_a_stopped_solve_returns_the_best_solution_it_reported_with_its_bound():
 
 
 def test_small_and_large_models_are_solved_to_the_same_optimum():
-    for columns in (CHILD_COLUMNS - 1, CHILD_COLUMNS):
+    for columns in (CHILD_SIZE - 2, CHILD_SIZE):  # one row: below the child's size, and above it
         m = LinearModel()
         xs = [m.binary(cost=-1.0 - (i % 7)) for i in range(columns)]
         m.row([(x, 1.0) for x in xs], upper=5.0)
