@@ -17,7 +17,7 @@ a plan the validator rejects, an objective below the reference, a bound above it
 above it, or a run more than 2.5 s over its limit. Prints a table per family and solver and writes
 benchmarks/results/edge_cases.md; the defects, if any, are listed below it with their seeds.
 
-    python benchmarks/edge_cases.py                 # the committed table (about 20 minutes)
+    python benchmarks/edge_cases.py                 # the committed table (about 8 minutes)
     python benchmarks/edge_cases.py --problems 10 --families pipeline
 """
 
