@@ -9,6 +9,8 @@ two GPUs on a peer link; two servers of different GPUs) and runs every solver th
 - ``latency``: reference = ``exact``'s plan where it proves it optimal;
 - ``batch`` (2-4 requests): no reference, validity and time only;
 - ``training``: each task with a backward twin, co-located, PipeDream or GPipe (brute force over the pairs);
+- ``training-latency``: the same graphs, latency (reference: exact's proven optimum; where tasks that take
+  no time once waited for long ones in exact's device order);
 - ``large``: 30-200 tasks (:mod:`diviml.generators`) on a preset of 3-26 devices, latency, batch or pipeline:
   no reference, validity and the time limit (where model building once ran minutes over it).
 
@@ -17,7 +19,7 @@ a plan the validator rejects, an objective below the reference, a bound above it
 above it, or a run more than 2.5 s over its limit. Prints a table per family and solver and writes
 benchmarks/results/edge_cases.md; the defects, if any, are listed below it with their seeds.
 
-    python benchmarks/edge_cases.py                 # the committed table (about 8 minutes)
+    python benchmarks/edge_cases.py                 # the committed table (about 10 minutes)
     python benchmarks/edge_cases.py --problems 10 --families pipeline
 """
 
@@ -41,7 +43,7 @@ from diviml.validate import contiguity_violations, validate
 OUT = Path(__file__).parent / "results" / "edge_cases.md"
 GB = 1e9
 LIMIT_S, SLACK_S = 3.0, 2.5
-FAMILIES = ("pipeline", "latency", "batch", "training", "call-latency", "large")
+FAMILIES = ("pipeline", "latency", "batch", "training", "training-latency", "call-latency", "large")
 LARGE_SHARE = 10  # the large family draws a tenth as many problems: every solver runs to its limit there
 
 
@@ -97,6 +99,8 @@ def objective(family: str, seed: int, rng: random.Random) -> Objective:
     if family in ("pipeline", "training"):
         training = rng.choice(["pipedream", "gpipe"]) if family == "training" else "pipedream"
         return Objective("pipeline", training=training, contiguous=seed % 3 == 0)
+    if family == "training-latency":
+        return Objective("latency")
     if family == "batch":
         return Objective("batch", rng.randint(2, 4))
     if family == "call-latency":
@@ -110,7 +114,7 @@ def problem(family: str, seed: int) -> Problem | None:
     try:
         if family == "large":
             return large(rng)
-        return Problem(graph(rng, family == "training"), platform(rng), objective(family, seed, rng))
+        return Problem(graph(rng, family.startswith("training")), platform(rng), objective(family, seed, rng))
     except DivimlError:
         return None
 
