@@ -7,6 +7,7 @@ memory, co-location, device types and contiguity, and the objective is recompute
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from .errors import ValidationError
 from .plan import Plan
@@ -94,10 +95,19 @@ def _part_violations(plan: Plan, problem: Problem) -> list[str]:
 
 
 def _placement_violations(plan: Plan, problem: Problem) -> list[str]:
-    """Co-location groups spread over devices, devices holding more than their memory, and (contiguous
-    pipeline) devices whose tasks are not contiguous."""
+    return _violations(problem, {t: {d for d, _ in p} for t, p in plan.parts.items()}, plan.placement)
+
+
+def placement_violations(problem: Problem, placement: Mapping[str, str]) -> list[str]:
+    """What a placement of every task on one device breaks: co-location groups spread over devices, devices
+    holding more than their memory, and (contiguous pipeline) devices whose tasks are not contiguous."""
+    return _violations(problem, {t: {d} for t, d in placement.items()}, placement)
+
+
+def _violations(problem: Problem, devices_of: Mapping[str, set[str]], placement: Mapping[str, str]) -> list[str]:
+    """:func:`placement_violations` where a task's parts may run on several devices (``devices_of``);
+    ``placement``: each task's main device, for contiguity."""
     graph, platform, v = problem.graph, problem.platform, []
-    devices_of = {t: {d for d, _ in p} for t, p in plan.parts.items()}
     for name, members in problem.colocation_groups.items():
         if len({frozenset(devices_of[m]) for m in members}) > 1:
             v.append(f"co-location group {name!r} is spread over several devices")
@@ -109,7 +119,7 @@ def _placement_violations(plan: Plan, problem: Problem) -> list[str]:
         if not _close_or_below(used[d.name], d.memory_bytes):
             v.append(f"device {d.name!r} holds {used[d.name]:.6g} bytes, more than its {d.memory_bytes:.6g}")
     if problem.objective.kind == "pipeline" and problem.objective.contiguous:
-        v.extend(contiguity_violations(problem, plan.placement))
+        v.extend(contiguity_violations(problem, dict(placement)))
     return v
 
 

@@ -187,7 +187,8 @@ def test_a_layer_split_whose_moved_tasks_overfill_a_device_is_refused_saying_why
     platform = Platform((Device("cpu", "cpu", 1.0, is_host=True), Device("g0", "a", 25.0), Device("g1", "b", 25.0)))
     problem = Problem(TaskGraph.create(tasks, list(zip(ids, ids[1:]))), platform, Objective("pipeline"))
     for solver in ("uniform", "memory-split"):
-        with pytest.raises(InfeasibleError, match="may not run moved to another, and g0 would hold more than its"):
+        with pytest.raises(InfeasibleError,
+                           match="may not run moved to another, and then device 'g0' holds 30 bytes, more than its 25"):
             diviml.solve(problem, solver)
 
 

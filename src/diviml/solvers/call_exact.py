@@ -301,7 +301,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     found = code in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     status = "optimal" if code == cp_model.OPTIMAL else "timeout"
     bound = max(solver.best_objective_bound, 0) * model.tick if found else 0.0
-    notes, candidates = [], []
+    notes, candidates, rejected = [], [], None
     if model.restricted:
         status, bound = "feasible", 0.0
         notes.append("each task on its fastest host, whose memory binds: the model is a restriction, not a proof")
@@ -310,11 +310,12 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
             candidates.append(make_plan(problem, placement=model.placement(solver), solver=NAME, status=status,
                                         watch=watch, bound=bound, bound_source=CP_SAT, stats=stats))
         except DivimlError as exc:  # the simulator cut the calls differently (q > 1) and rejects them
-            notes.append(f"the model's placement was not kept: {exc}")
+            rejected = f"the model's placement was not kept: {exc}"
+            notes.append(rejected)
     if start is not None:
         candidates.append(make_plan(problem, placement=start.placement, solver=NAME, status=status, watch=watch,
                                     bound=bound, bound_source=CP_SAT,
                                     notes=notes + [f"kept the warm start ({start.solver})"], stats=stats))
     if not candidates:
-        raise InfeasibleError(notes[-1] if notes else f"no placement found within {time_limit:g} s: raise the time limit")
+        raise InfeasibleError(rejected or f"no placement found within {time_limit:g} s: raise the time limit")
     return min(candidates, key=lambda p: p.objective)

@@ -35,9 +35,8 @@ def _metis_parts(ev: ClassEvaluator, n_parts: int, seed: int, ufactor: int) -> n
     c = ev.contracted
     n = c.num_classes
     finite = np.where(np.isfinite(ev.time), ev.time, np.nan)
-    fastest = np.nanmin(finite, axis=1)
-    total = max(float(np.nansum(fastest)), 1e-300)
-    vweights = [max(1, int(round(SCALE * w / total))) for w in np.nan_to_num(fastest)]
+    total = max(float(ev.fastest.sum()), 1e-300)
+    vweights = [max(1, int(round(SCALE * w / total))) for w in ev.fastest]
     adj: list[dict[int, float]] = [dict() for _ in range(n)]
     ks, pcs, ccs, hop = ev._edges
     for k, a, b in zip(ks, pcs, ccs):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...errors import InfeasibleError
 from ...problem import Problem
-from ...validate import contiguity_violations
+from ...validate import placement_violations
 from ..engines.plans import Stopwatch, make_plan
 
 __all__ = ["by_server", "stage_devices", "plan_of_stages", "fit_shares"]
@@ -68,18 +68,10 @@ def plan_of_stages(problem: Problem, layers: list[list[str]], devices: list[str]
 
 
 def _check_moved(problem: Problem, placement: dict[str, str], solver: str) -> None:
-    """Raise InfeasibleError where tasks a stage's device may not run, moved to another device, overfill it,
-    leave their co-location group spread or (a contiguous pipeline) a device holding a set that is not convex."""
-    held: dict[str, float] = {}
-    for t, d in placement.items():
-        held[d] = held.get(d, 0.0) + problem.graph.by_id[t].memory_bytes
-    full = [d for d, b in held.items() if b > problem.platform.by_name[d].memory_bytes * (1 + 1e-9)]
-    spread = [g for g, members in problem.colocation_groups.items() if len({placement[t] for t in members}) > 1]
-    broken = problem.objective.kind == "pipeline" and problem.objective.contiguous and contiguity_violations(
-        problem, placement)
-    if full or spread or broken:
-        why = (f"{full[0]} would hold more than its memory" if full else
-               f"co-location group {spread[0]!r} would be spread over devices" if spread else
-               "a device's set would not be contiguous")
-        raise InfeasibleError(f"{solver}: tasks that their stage's device may not run moved to another, and {why}: "
-                              "use a solver (e.g. ip) that places them")
+    """Raise InfeasibleError where tasks a stage's device may not run, moved to another device, break the
+    placement (:func:`~diviml.validate.placement_violations`): overfill it, spread their co-location group or
+    (a contiguous pipeline) leave a device holding a set that is not convex."""
+    broken = placement_violations(problem, placement)
+    if broken:
+        raise InfeasibleError(f"{solver}: tasks that their stage's device may not run moved to another, and then "
+                              f"{broken[0]}: use a solver (e.g. ip) that places them")

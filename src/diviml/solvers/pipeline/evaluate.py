@@ -37,6 +37,11 @@ class ClassEvaluator:
         return out
 
     @cached_property
+    def fastest(self) -> np.ndarray:
+        """Each class's time on the fastest device that may run it (0 where none may)."""
+        return np.nan_to_num(np.nanmin(np.where(np.isfinite(self.time), self.time, np.nan), axis=1))
+
+    @cached_property
     def size(self) -> np.ndarray:
         g = self.problem.graph
         return np.array([sum(g.by_id[t].memory_bytes for t in ms) for ms in self.contracted.members])
