@@ -355,3 +355,28 @@ def test_the_repair_moves_tasks_off_an_overfull_device_to_one_with_room():
     assert sum(d == gpu for d in repaired.values()) == 2
     assert math.isclose(sum(4.0 for d in repaired.values() if d == gpu), 8.0)
     assert JobGraph.whole(p).jobs == tuple(sorted(repaired, key=lambda j: j[0]))
+
+
+
+
+def test_the_bound_found_beside_the_join_is_the_whole_problem_s_where_a_baseline_solves_one_layer_exactly():
+    # the layers-over-servers baseline solves one layer with exact, by pieces (so with split and its pool),
+    # in the process that then reports the problem's bound beside the join: it reported the one layer's
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_server_layers import attention_like, servers
+
+    from diviml.bounds import critical_path_bound
+    blocks = attention_like(80)  # ten layers of eight blocks: 48 tasks, pieces of 20 at most, so exact goes by pieces
+
+    def layer(module: str) -> str:  # blocks.13.mlp -> blocks.1.b13.mlp
+        _, number, rest = module.split(".", 2)
+        return f"blocks.{int(number) // 8}.b{number}.{rest}"
+
+    tasks = [replace(t, module=layer(t.module)) if t.module else t for t in blocks.tasks]
+    problem = Problem(TaskGraph.create(tasks, blocks.edges), servers(memory=1000.0), Objective("latency"))
+    split_worker.init_worker(problem)
+    plan, bound, _ = split_worker.baselines_and_bound(20.0)
+    assert plan is not None
+    assert bound >= critical_path_bound(Problem(problem.graph, problem.platform, problem.objective)) * (1 - 1e-9)

@@ -96,6 +96,7 @@ class Pool:
         structures = {k: structure_of(k) for k in todo}
         todo = {k: replace(r, guide=self.guides.get(structures[k])) for k, r in todo.items()}
         if self.executor is None or len(todo) <= 1:
+            init_worker(self.problem)  # in this process, where a nested solve may have set another problem
             answers = map(solve_module, todo.values())
         else:
             answers = self.executor.map(solve_module, todo.values())
