@@ -40,7 +40,7 @@ def test_every_baseline_plan_carries_a_bound_no_larger_than_its_value(kind):
 
 
 def test_an_lp_bound_that_gets_no_time_is_dropped_and_the_cheap_bound_stands():
-    from diviml.bounds import path_work_bound
+    from diviml.bounds import energetic_bound, path_work_bound
     from diviml.generators import benchmark_platform
     graph = layered_dag(200, seed=1)
 
@@ -50,8 +50,9 @@ def test_an_lp_bound_that_gets_no_time_is_dropped_and_the_cheap_bound_stands():
     assert work_bound(problem(), time_limit=0.0) == 0.0 and path_work_bound(problem(), time_limit=0.0) == 0.0
     hurried, patient = lower_bound(problem(), time_limit=0.0), lower_bound(problem())
     assert hurried == critical_path_bound(problem()) > 0
-    assert patient >= hurried and patient == max(critical_path_bound(problem()), path_work_bound(problem()),
-                                                 work_bound(problem()), memory_path_bound(problem()))
+    simple = max(critical_path_bound(problem()), path_work_bound(problem()), work_bound(problem()),
+                 memory_path_bound(problem()))
+    assert patient >= hurried and patient == max(simple, energetic_bound(problem(), floor=simple))
 
 
 def _memory_platform(fast_memory: float) -> diviml.Platform:

@@ -12,9 +12,12 @@
 - memory segments: the same with whole tasks and transfers between kinds of device, over the segments
   between series points (column generation, a MILP per distinct segment);
 - batch path-work: for the batch objective, an LP that prices each part at its batched time on the mean
-  sample's path and on its device's work together.
+  sample's path and on its device's work together;
+- energetic: the path-work LP (latency) or the batch one with each device's work counted in the windows
+  between its tasks' heads and tails (the work that must run after a chain of ancestors and before a chain of
+  descendants).
 The bound of a problem is the largest; a plan says which in ``bound_source``. Each bound lives in the module
-of its kind (``_simple``, ``_latency``, ``_segments``, ``_batch``) and is named here.
+of its kind (``_simple``, ``_latency``, ``_segments``, ``_batch``, ``_energetic``, ...) and is named here.
 """
 
 from __future__ import annotations
@@ -23,13 +26,14 @@ from time import perf_counter
 
 from ..problem import Problem
 from ._batch import batch_path_work_bound
+from ._energetic import Cut, energetic_bound, energetic_cuts
 from ._hops import hop_work_bound
 from ._integer import integer_work_bound, may_lift
 from ._latency import memory_path_bound, path_work_bound, path_work_seconds
 from ._segments import Relaxation, memory_segments_bound, memory_segments_relaxation
 from ._simple import critical_path_bound, spread_bound, work_bound
 
-__all__ = ["BOUND_SOURCES", "Relaxation", "batch_path_work_bound", "critical_path_bound", "hop_work_bound", "integer_work_bound", "lower_bound", "lower_bound_source",
+__all__ = ["BOUND_SOURCES", "Cut", "Relaxation", "batch_path_work_bound", "critical_path_bound", "energetic_bound", "energetic_cuts", "hop_work_bound", "integer_work_bound", "lower_bound", "lower_bound_source",
            "memory_path_bound", "memory_segments_bound", "memory_segments_relaxation", "path_work_bound", "path_work_seconds", "serial_upper_bound", "share_lower_bound",
            "spread_bound", "work_bound"]
 
@@ -42,13 +46,14 @@ PATH_WORK_LP = "path-work LP"
 MEMORY_PATH_LP = "memory path LP"
 MEMORY_SEGMENTS = "memory segments"
 BATCH_PATH_WORK_LP = "batch path-work LP"
+ENERGETIC_LP = "energetic LP"
 CP_SAT = "CP-SAT"  # exact and call-exact: the model's proven bound
 WINDOWS = "CP-SAT windows"  # exact: the largest bound CP-SAT proved on windows of the graph
 MILP = "MILP"  # milp: the MILP's dual bound
 MODULE_DP = "module DP"  # split and exact by pieces: the join's dynamic program over the modules' bounds
 IP = "IP"  # the pipeline IP's dual bound
 EXACT_DP = "DP (exact)"  # the pipeline DP's contiguous optimum
-BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, WORK_MILP, HOP_WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, MEMORY_SEGMENTS, BATCH_PATH_WORK_LP, CP_SAT, WINDOWS, MILP, MODULE_DP, IP, EXACT_DP)
+BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, WORK_MILP, HOP_WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, MEMORY_SEGMENTS, BATCH_PATH_WORK_LP, ENERGETIC_LP, CP_SAT, WINDOWS, MILP, MODULE_DP, IP, EXACT_DP)
 
 
 def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
@@ -71,6 +76,7 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
         found[MEMORY_SEGMENTS] = memory_segments_bound(problem, _half(left()))  # the plans need the rest
         found[PATH_WORK_LP] = path_work_bound(problem, left())
         found[BATCH_PATH_WORK_LP] = batch_path_work_bound(problem, left())
+        found[ENERGETIC_LP] = energetic_bound(problem, _half(left()), floor=max(found.values()))
         # whole tasks lift the work LP by about a task's time: tried where that can make it the largest
         found[WORK_MILP] = (integer_work_bound(problem, _half(left()))
                             if may_lift(problem, found[WORK_LP], max(found.values())) else 0.0)

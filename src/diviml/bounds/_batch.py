@@ -54,8 +54,18 @@ def batch_path_work_bound(problem: Problem, time_limit: float | None = None) -> 
     """
     if problem.objective.kind != "batch":
         return 0.0
-    graph, platform = problem.graph, problem.platform
     stop = None if time_limit is None else perf_counter() + time_limit
+    built = batch_path_work_lp(problem, stop)
+    if built is None:
+        return 0.0  # building the LP alone outlasts its share: drop it
+    lp, unit = built
+    value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
+    return value / unit * (1 - 1e-6) if value is not None else 0.0
+
+
+def batch_path_work_lp(problem: Problem, stop: float | None) -> tuple[_KeyedLP, float] | None:
+    """The LP of :func:`batch_path_work_bound` and its time unit; None where building it passes ``stop``."""
+    graph, platform = problem.graph, problem.platform
     n = problem.batch_size
     ranges = size_ranges(n)
     devices = [d.name for d in platform.devices]
@@ -86,12 +96,11 @@ def batch_path_work_bound(problem: Problem, time_limit: float | None = None) -> 
     share = {t: {d: {("u", t, d, r): 1.0 / n for r in range(len(ranges))} for d in problem.allowed_devices[t]}
              for t in graph.topological_order}  # s[t,d] as {column: coefficient}
     if not _edge_rows(problem, lp, path, share, unit, stop):
-        return 0.0  # building the LP alone outlasts its share: drop it
+        return None
     for d in devices:
         lp.ub({("C",): -1.0, **work[d]})
     _memory_rows(problem, lp, share)
-    value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
-    return value / unit * (1 - 1e-6) if value is not None else 0.0
+    return lp, unit
 
 
 def _edge_rows(problem: Problem, lp: _KeyedLP, path: dict[str, dict], share: dict[str, dict[str, dict]],

@@ -79,6 +79,18 @@ def path_work_bound(problem: Problem, time_limit: float | None = None) -> float:
     if time_limit is not None and path_work_seconds(len(graph.edges), len(graph), len(platform.devices)) > time_limit:
         return 0.0  # it would not finish in its share: dropped without being tried
     stop = None if time_limit is None else perf_counter() + time_limit
+    built = path_work_lp(problem, stop)
+    if built is None:
+        return 0.0  # building the LP alone outlasts its share: drop it
+    lp, unit = built
+    value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
+    return value / unit * (1 - 1e-6) if value is not None else 0.0
+
+
+def path_work_lp(problem: Problem, stop: float | None) -> tuple[_KeyedLP, float] | None:
+    """The path-work LP of :func:`path_work_bound` and its time unit (times in the LP are seconds x unit);
+    None where building it passes ``stop`` (a :func:`time.perf_counter` time)."""
+    graph, platform = problem.graph, problem.platform
     devices = [d.name for d in platform.devices]
     tasks = list(graph.topological_order)
     unit = _unit(_unit_costs(problem))
@@ -100,7 +112,7 @@ def path_work_bound(problem: Problem, time_limit: float | None = None) -> float:
         lp.ub({("e", t): 1.0, ("C",): -1.0})  # C >= e[t]
     for k, (u, v) in enumerate(graph.edges):
         if stop is not None and k % 1000 == 0 and perf_counter() > stop:
-            return 0.0  # building the LP alone outlasts its share: drop it
+            return None
         c_min = _cheapest_move(problem, u) * unit
         lp.ub({("e", u): 1.0, ("e", v): -1.0, ("delta", u, v): c_min, **own_time(v)})
         for d in devices:  # delta >= x[u,d] - x[v,d]
@@ -112,8 +124,7 @@ def path_work_bound(problem: Problem, time_limit: float | None = None) -> float:
             lp.ub(row)
     for d in devices:  # each device's work fits below C
         lp.ub({("C",): -1.0, **{("x", t, d): problem.time(t, d) * unit for t in tasks if lp.has(("x", t, d))}})
-    value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
-    return value / unit * (1 - 1e-6) if value is not None else 0.0
+    return lp, unit
 
 
 def path_work_seconds(edges: int, tasks: int, devices: int) -> float:

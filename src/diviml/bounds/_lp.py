@@ -60,11 +60,13 @@ class _KeyedLP:
     """An LP built by named columns (``col``), rows ``sum a x <= rhs`` (``ub``, rhs 0 unless given) and ``sum a x = 1`` (``eq``)
     given as {column key: coefficient}, all columns >= 0, solved by HiGHS (:func:`scipy.optimize.linprog`)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.index: dict = {}
         self.rows_ub: list[dict] = []
         self.rhs_ub: list[float] = []
         self.rows_eq: list[dict] = []
+        self.tags: dict[int, object] = {}  # row of rows_ub -> what the caller named it
+        self.binding: list = []  # after minimise: the tags of the rows whose dual price is not zero
 
     def col(self, key) -> int:
         self.index[key] = len(self.index)
@@ -73,7 +75,9 @@ class _KeyedLP:
     def has(self, key) -> bool:
         return key in self.index
 
-    def ub(self, row: dict, rhs: float = 0.0) -> None:
+    def ub(self, row: dict, rhs: float = 0.0, tag=None) -> None:
+        if tag is not None:
+            self.tags[len(self.rows_ub)] = tag
         self.rows_ub.append({self.index[k]: v for k, v in row.items()})
         self.rhs_ub.append(rhs)
 
@@ -95,7 +99,11 @@ class _KeyedLP:
         res = linprog(c, A_ub=a_ub.matrix(len(self.rows_ub), n), b_ub=np.array(self.rhs_ub, dtype=float),
                       A_eq=a_eq.matrix(len(self.rows_eq), n), b_eq=np.ones(len(self.rows_eq)),
                       bounds=[(0, None)] * n, method="highs", options=_limit(time_limit))
-        return float(res.fun) if res.status == 0 else None
+        if res.status != 0:
+            return None
+        prices = res.ineqlin.marginals
+        self.binding = [tag for i, tag in self.tags.items() if abs(prices[i]) > 1e-9]
+        return float(res.fun)
 
 
 def _limit(time_limit: float | None) -> dict:

@@ -69,7 +69,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
                               "the whole graph as one model"),
     Option("piece_size", int, "merge series pieces up to this many tasks"),
     Option("window_share", float, "share of the time a latency model of 25-300 tasks spends first bounding "
-                                  "windows of the graph exactly (0: none)", fraction=True),
+                                  "windows of the graph exactly (0, the default: none)", fraction=True),
     Option("max_ideals", int, "most ideals (stage candidates) the dynamic program enumerates"),
     Option("max_pairs", int, "most ideal pairs the dynamic program walks"),
     Option("resolution", int, "time steps the makespan is measured in (CP-SAT works in integers)", cli=False),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from ...bounds._energetic import earliest_starts, least_deliveries
 from ...problem import Problem
 from .cpsat import solve_jobs
 from .jobs import JobGraph
@@ -34,30 +35,6 @@ def windows(order: tuple[str, ...], width: int, stride: int) -> list[tuple[str, 
         return [order]
     starts = list(range(0, len(order) - width, stride)) + [len(order) - width]
     return [order[s:s + width] for s in dict.fromkeys(starts)]
-
-
-def earliest_starts(problem: Problem) -> dict[tuple[str, str], float]:
-    """(task, device) -> the earliest the task can start there: each producer at its earliest on the device
-    that gets its output here soonest (its transfer counted, free on the same device), devices never busy."""
-    graph = problem.graph
-    start: dict[tuple[str, str], float] = {}
-    for t in graph.topological_order:
-        for d in problem.allowed_devices[t]:
-            start[t, d] = max((min(start[u, a] + problem.time(u, a) + problem.transfer(u, a, d)
-                                   for a in problem.allowed_devices[u]) for u in graph.predecessors[t]), default=0.0)
-    return start
-
-
-def least_deliveries(problem: Problem) -> dict[tuple[str, str], float]:
-    """(task, device) -> the least time between the task's end there and the makespan: each consumer on the
-    device that finishes the rest soonest, its input's transfer counted (the mirror of :func:`earliest_starts`)."""
-    graph = problem.graph
-    after: dict[tuple[str, str], float] = {}
-    for t in reversed(graph.topological_order):
-        for d in problem.allowed_devices[t]:
-            after[t, d] = max((min(problem.transfer(t, d, b) + problem.time(v, b) + after[v, b]
-                                   for b in problem.allowed_devices[v]) for v in graph.successors[t]), default=0.0)
-    return after
 
 
 def window_bound(problem: Problem, *, upper: float, time_limit: float, seed: int = 0, workers: int | None = None,
