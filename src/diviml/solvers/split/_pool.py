@@ -67,7 +67,7 @@ class Pool:
     solve is guided by the latest schedule found for its structure."""
 
     def __init__(self, problem: Problem, workers: int):
-        init_worker(problem)
+        self.previous = init_worker(problem)  # given back on close: a baseline's exact solve opens a pool inside
         self.problem = problem
         self.workers = max(workers, 1)
         self.executor = None
@@ -96,7 +96,6 @@ class Pool:
         structures = {k: structure_of(k) for k in todo}
         todo = {k: replace(r, guide=self.guides.get(structures[k])) for k, r in todo.items()}
         if self.executor is None or len(todo) <= 1:
-            init_worker(self.problem)  # in this process, where a nested solve may have set another problem
             answers = map(solve_module, todo.values())
         else:
             answers = self.executor.map(solve_module, todo.values())
@@ -132,6 +131,7 @@ class Pool:
         return shape, request.sizes, release, only, capacity
 
     def close(self) -> None:
+        init_worker(self.previous)
         if self.executor is not None:
             stop(self.executor)
 

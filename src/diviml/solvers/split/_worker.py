@@ -19,19 +19,20 @@ from ._partial import critical_path
 _PROBLEM: Problem | None = None  # the problem a pool worker solves modules of
 
 
-def init_worker(problem: Problem) -> None:
+def init_worker(problem: Problem | None) -> Problem | None:
+    """Make ``problem`` the one this process solves modules of; the one it replaces (a pool opened inside
+    another's solve, in the same process, gives it back when it closes)."""
     global _PROBLEM
-    _PROBLEM = problem
+    previous, _PROBLEM = _PROBLEM, problem
+    return previous
 
 
 def baselines_and_bound(time_limit: float) -> tuple[Plan | None, float, str]:
     """The baseline plan (:func:`.search.baseline_plan`) and the problem's lower bound with its source, in a
     pool worker."""
-    problem = _PROBLEM  # a baseline may solve a part exactly, with a pool of its own that replaces it
-    assert problem is not None
     # beside the join, in a process of its own, the lower bound's LPs may have most of the time
-    plan = baseline_plan(problem, Stopwatch(time_limit), bound_share_beside(problem, time_limit))
-    return plan, lower_bound(problem), lower_bound_source(problem)
+    plan = baseline_plan(_PROBLEM, Stopwatch(time_limit), bound_share_beside(_PROBLEM, time_limit))
+    return plan, lower_bound(_PROBLEM), lower_bound_source(_PROBLEM)
 
 
 def solve_module(request: Request) -> Answer:
