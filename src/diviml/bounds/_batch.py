@@ -11,7 +11,7 @@ import math
 from time import perf_counter
 
 from ..problem import Problem
-from ._lp import _KeyedLP, _tolerated, _unit
+from ._lp import _KeyedLP, _least_makespan, _tolerated, _unit
 from ._simple import _cheapest_move, _unit_costs
 
 SINGLE_SIZES = 16  # part sizes priced one by one up to here; above, in ranges that double
@@ -55,12 +55,7 @@ def batch_path_work_bound(problem: Problem, time_limit: float | None = None) -> 
     if problem.objective.kind != "batch":
         return 0.0
     stop = None if time_limit is None else perf_counter() + time_limit
-    built = batch_path_work_lp(problem, stop)
-    if built is None:
-        return 0.0  # building the LP alone outlasts its share: drop it
-    lp, unit = built
-    value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
-    return value / unit * (1 - 1e-6) if value is not None else 0.0
+    return _least_makespan(batch_path_work_lp(problem, stop), stop) or 0.0  # not built or not proven in its share: dropped
 
 
 def batch_path_work_lp(problem: Problem, stop: float | None) -> tuple[_KeyedLP, float] | None:

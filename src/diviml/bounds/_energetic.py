@@ -27,7 +27,7 @@ import numpy as np
 from ..problem import Problem
 from ._batch import batch_path_work_lp, size_ranges
 from ._latency import path_work_lp, path_work_seconds
-from ._lp import _KeyedLP
+from ._lp import _KeyedLP, _least_makespan
 
 ROUNDS = 3  # LP solves at most, each with the last one's makespan in the mandatory parts
 NONZEROS = 300_000  # the window rows' budget: thresholds are thinned to stay below it
@@ -132,18 +132,21 @@ def energetic_bound(problem: Problem, time_limit: float | None = None, floor: fl
     head, tail = earliest_starts(problem, least, scale), least_deliveries(problem, least, scale)
     floor = max(floor, max((min(head[t, d] + least(t, d) + tail[t, d] for d in problem.allowed_devices[t])
                             for t in graph.topological_order), default=0.0))
-    best, cuts = 0.0, []
+    best, cuts, chain = 0.0, [], None
     for _ in range(ROUNDS):
         built = (path_work_lp if kind == "latency" else batch_path_work_lp)(problem, stop)
         if built is None or not _energetic_rows(built, jobs, head, tail, max(floor, best), count, stop):
             break
-        if kind == "latency" and not _chain_rows(built, problem, head, tail, stop):
-            break
         lp, unit = built
-        value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
+        if chain is None:  # the same rows in every round: built once
+            chain = _chain_rows(problem, head, tail, unit, stop) if kind == "latency" else []
+        if chain is None:
+            break
+        for row, rhs, cut in chain:
+            lp.ub(row, rhs, cut)
+        value = _least_makespan(built, stop)
         if value is None:
             break
-        value = value / unit * (1 - 1e-6)
         rose = value > best * (1 + RISE)
         if value > best:
             best, cuts = value, lp.binding
@@ -231,40 +234,41 @@ def _parts_table(entries) -> tuple[np.ndarray, np.ndarray]:
     return duration, size
 
 
-def _chain_rows(built: tuple[_KeyedLP, float], problem: Problem, head: dict, tail: dict, stop: float | None) -> bool:
+def _chain_rows(problem: Problem, head: dict, tail: dict, unit: float, stop: float | None) -> list | None:
     """Latency: the ancestors of a task v that a device runs, of heads there at least ``a``, all run inside
     ``[a, start of v]``: ``a + sum p[u,d] x[u,d] <= e[v] - p[v]`` (``a`` at most v's own head, so that the
     window is not empty in any plan); the descendants likewise inside ``[end of v, C - b]``. As many
-    thresholds per task and device as :data:`CHAIN_NONZEROS` allows (none past :data:`CHAIN_TASKS` tasks); False
-    where the time ran out while building."""
+    thresholds per task and device as :data:`CHAIN_NONZEROS` allows (none past :data:`CHAIN_TASKS` tasks).
+    Each row as ``({column: coefficient}, rhs, its cut)`` in the LP's time ``unit``; None where the time ran
+    out while building."""
     graph = problem.graph
     if len(graph) > CHAIN_TASKS:
-        return True
-    lp, unit = built
+        return []
     before, after = _relatives(graph.topological_order, graph.predecessors), \
         _relatives(tuple(reversed(graph.topological_order)), graph.successors)
     devices = [d.name for d in problem.platform.devices]
     count = CHAIN_NONZEROS // max(1, len(devices) * sum(len(before[t]) + len(after[t]) for t in before))
     if count < 1:
-        return True
+        return []
+    rows: list = []
     for v in graph.topological_order:
         if stop is not None and perf_counter() > stop:
-            return False
+            return None
         own = {("x", v, d): problem.time(v, d) * unit for d in problem.allowed_devices[v]}
         first = min(head[v, d] for d in problem.allowed_devices[v])
         last = min(tail[v, d] for d in problem.allowed_devices[v])
         for d in devices:
-            up = [u for u in before[v] if lp.has(("x", u, d))]
+            up = [u for u in before[v] if d in problem.allowed_devices[u]]
             for a in thresholds((head[u, d] for u in up if head[u, d] <= first), count):
                 terms = {(u, d): problem.time(u, d) for u in up if head[u, d] >= a}
-                row = {("x", u, d): s * unit for (u, d), s in terms.items()}
-                lp.ub({**row, **own, ("e", v): -1.0}, -a * unit, Cut(terms, a, later=("start", v)))
-            down = [w for w in after[v] if lp.has(("x", w, d))]
+                row: dict[tuple, float] = {("x", *job): s * unit for job, s in terms.items()}
+                rows.append(({**row, **own, ("e", v): -1.0}, -a * unit, Cut(terms, a, later=("start", v))))
+            down = [w for w in after[v] if d in problem.allowed_devices[w]]
             for b in thresholds((tail[w, d] for w in down if tail[w, d] <= last), count):
                 terms = {(w, d): problem.time(w, d) for w in down if tail[w, d] >= b}
-                row = {("x", w, d): s * unit for (w, d), s in terms.items()}
-                lp.ub({**row, ("e", v): 1.0, ("C",): -1.0}, -b * unit, Cut(terms, b, earlier=("end", v)))
-    return True
+                row = {("x", *job): s * unit for job, s in terms.items()}
+                rows.append(({**row, ("e", v): 1.0, ("C",): -1.0}, -b * unit, Cut(terms, b, earlier=("end", v))))
+    return rows
 
 
 def _relatives(order: tuple[str, ...], parents: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:

@@ -6,7 +6,7 @@ import math
 from time import perf_counter
 
 from ..problem import Problem
-from ._lp import _KeyedLP, _pooled_memory, _tolerated, _unit
+from ._lp import _KeyedLP, _least_makespan, _pooled_memory, _tolerated, _unit
 from ._simple import _cheapest_move, _unit_costs
 
 
@@ -60,8 +60,7 @@ def memory_path_bound(problem: Problem, time_limit: float | None = None) -> floa
             held = {("x", t.id, k): t.memory_bytes / scale for t in graph.tasks
                     if t.memory_bytes > 0 and lp.has(("x", t.id, k))}
             lp.ub(held, _tolerated(capacity, len(platform.devices)) / scale)
-    value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
-    return value / unit * (1 - 1e-6) if value is not None else 0.0
+    return _least_makespan((lp, unit), stop) or 0.0
 
 
 def path_work_bound(problem: Problem, time_limit: float | None = None) -> float:
@@ -79,12 +78,7 @@ def path_work_bound(problem: Problem, time_limit: float | None = None) -> float:
     if time_limit is not None and path_work_seconds(len(graph.edges), len(graph), len(platform.devices)) > time_limit:
         return 0.0  # it would not finish in its share: dropped without being tried
     stop = None if time_limit is None else perf_counter() + time_limit
-    built = path_work_lp(problem, stop)
-    if built is None:
-        return 0.0  # building the LP alone outlasts its share: drop it
-    lp, unit = built
-    value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
-    return value / unit * (1 - 1e-6) if value is not None else 0.0
+    return _least_makespan(path_work_lp(problem, stop), stop) or 0.0  # not built or not proven in its share: dropped
 
 
 def path_work_lp(problem: Problem, stop: float | None) -> tuple[_KeyedLP, float] | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from time import perf_counter
+
 import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
@@ -28,7 +30,7 @@ def _pooled_memory(problem: Problem) -> dict[str, float]:
 class _Sparse:
     """Coefficients collected as (row, column, value) triples; repeated entries add up."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.rows: list[int] = []
         self.cols: list[int] = []
         self.vals: list[float] = []
@@ -104,6 +106,17 @@ class _KeyedLP:
         prices = res.ineqlin.marginals
         self.binding = [tag for i, tag in self.tags.items() if abs(prices[i]) > 1e-9]
         return float(res.fun)
+
+
+def _least_makespan(built: tuple[_KeyedLP, float] | None, stop: float | None) -> float | None:
+    """The least ``C`` of an LP built in time units of ``unit`` (``built``: the LP and its unit, None where
+    building it ran out of time), in seconds and a hair below (HiGHS's tolerance), by ``stop`` (a
+    :func:`time.perf_counter` time); None where it was not built or not proven."""
+    if built is None:
+        return None
+    lp, unit = built
+    value = lp.minimise(("C",), None if stop is None else stop - perf_counter())
+    return value / unit * (1 - 1e-6) if value is not None else None
 
 
 def _limit(time_limit: float | None) -> dict:
