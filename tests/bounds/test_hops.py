@@ -77,3 +77,51 @@ def test_it_says_nothing_for_other_objectives_or_without_time():
     p = _random_problem(0)
     assert hop_work_bound(Problem(p.graph, p.platform, Objective("latency"))) == 0.0
     assert hop_work_bound(p, time_limit=0.0) == 0.0
+
+
+def _two_gpu_types_on_two_servers(network: float) -> Platform:
+    """Server s0: a host and a GPU of type a; s1: a host and a GPU of type b; hops near free, the network
+    ``network`` bytes per second."""
+    link = Link(1e9, 0.0)
+    return Platform((Device("cpu0", "cpu", 1e12, "s0", is_host=True), Device("ga", "a", 1e12, "s0", link=link),
+                     Device("cpu1", "cpu", 1e12, "s1", is_host=True), Device("gb", "b", 1e12, "s1", link=link)),
+                    network=Link(network, 0.0))
+
+
+def test_a_task_between_tensors_that_must_cross_the_network_stays_with_its_neighbours():
+    # a -> b -> c, a and c on GPU a only; b takes 2 s there, 0.1 s on GPU b, the other server: there its
+    # tensors cross the network (3 s each way), so GPU a would pay 2 + 3 s. b stays: T = 4, which the LP
+    # without the network rows misses (it sends b away for about 2 s)
+    only_a = frozenset({"a"})
+    tasks = [Task("a", {"a": 1.0}, output_bytes=3.0, allowed_types=only_a),
+             Task("b", {"a": 2.0, "b": 0.1}, output_bytes=3.0, allowed_types=frozenset({"a", "b"})),
+             Task("c", {"a": 1.0}, allowed_types=only_a)]
+    p = Problem(TaskGraph.create(tasks, [("a", "b"), ("b", "c")]), _two_gpu_types_on_two_servers(1.0),
+                Objective("pipeline"))
+    assert hop_work_bound(p) == pytest.approx(4.0, rel=1e-5) == _optimum(p)
+
+
+def _far_problem(seed: int) -> Problem:
+    """Two blocks in a chain (a weighted task, a view, a light task) over two servers of different GPU types,
+    memory on GPU a for one block's weights."""
+    rng = random.Random(seed)
+    tasks, edges, previous = [], [], None
+    for i in range(2):
+        heavy, light, size = rng.uniform(1, 3), rng.uniform(0.2, 1), rng.uniform(0.5, 3)
+        tasks += [Task(f"w{i}", {"a": heavy, "b": heavy * rng.uniform(0.3, 2), "cpu": 4 * heavy},
+                       output_bytes=size, memory_bytes=4 * GB),
+                  Task(f"v{i}", {"a": 0.0, "b": 0.0, "cpu": 0.0}, output_bytes=size * rng.choice([0.5, 1.0])),
+                  Task(f"l{i}", {"a": light, "b": light * rng.uniform(0.3, 2), "cpu": 2 * light}, output_bytes=size)]
+        edges += [(f"w{i}", f"v{i}"), (f"v{i}", f"l{i}")] + ([(previous, f"w{i}")] if previous else [])
+        previous = f"l{i}"
+    link = Link(rng.choice([1.0, 4.0]), 0.0)
+    devices = (Device("cpu0", "cpu", 1e12, "s0", is_host=True), Device("ga", "a", 4 * GB, "s0", link=link),
+               Device("cpu1", "cpu", 1e12, "s1", is_host=True), Device("gb", "b", 1e12, "s1", link=link))
+    platform = Platform(devices, network=Link(rng.choice([0.5, 2.0]), 0.0))
+    return Problem(TaskGraph.create(tasks, edges), platform, Objective("pipeline"))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_with_the_network_between_kinds_it_never_exceeds_the_brute_force_optimum(seed):
+    p = _far_problem(seed)
+    assert hop_work_bound(p) <= _optimum(p) * (1 + 1e-9)

@@ -10,7 +10,12 @@ devices pays for it (a peer link's time where one joins it to another kind; 0 on
     sum_t p[t,k] x[t,k] + sum_u in[u,k] y[u,k] + out[u,k] z[u,k] <= (devices of kind k) * T,
     sum_t m_t x[t,k] <= memory of kind k,   sum_k x[t,k] = 1,   minimise T.
 
-Transfers between devices of one kind and the network are left out (a relaxation). A task of no time and no
+On a platform of several servers, a tensor read on kind k from a kind *far* from it (no device of the one
+shares a server or a peer link with a device of the other) crosses the network into the reader's server, which
+the simulator charges to the reader: ``w[u,k] >= x[v,k] + sum_{j far from k} x[u,j] - 1`` costs kind k the
+tensor's network time (GPT-3 over six-servers: every GPU type is alone on its servers, so a layer's attention
+cannot leave its A100s for the idle V100s for its hops alone). Transfers between devices of one kind, and the
+network between kinds that share a server somewhere, are left out (a relaxation). A task of no time and no
 memory that is its producer's only reader, and whose tensor costs no more to move than the producer's (a view),
 is merged into that producer first: moving it there never raises a kind's load, so the bound stands.
 """
@@ -18,10 +23,12 @@ is merged into that producer first: moving it there never raises a kind's load, 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from time import perf_counter
 
+from ..interchangeable import device_kind
 from ..problem import Problem
-from ._lp import _KeyedLP, _pooled_memory, _tolerated, _unit
+from ._lp import _KeyedLP, _tolerated, _unit
 from ._series import MAX_TASKS, _series_points
 from ._simple import _unit_costs
 
@@ -62,7 +69,7 @@ def _solve(problem: Problem, kinds: dict[str, list[str]], owner: dict[str, str],
         if stop is not None and perf_counter() > stop:
             return None  # building the LP alone outlasts its share: drop it
         _part_rows(problem, lp, kinds, owner, set(part), count, hop, unit, load, held, tag=n)
-    memory = _pooled_memory(problem)
+    memory = {k: sum(problem.platform.by_name[d].memory_bytes for d in devices) for k, devices in kinds.items()}
     scale = max((t.memory_bytes for t in problem.graph.tasks), default=0.0) or 1.0
     for k, devices in kinds.items():
         lp.ub({**load[k], ("T",): -float(len(devices))})
@@ -72,10 +79,21 @@ def _solve(problem: Problem, kinds: dict[str, list[str]], owner: dict[str, str],
 
 
 def _kinds(problem: Problem) -> dict[str, list[str]]:
-    """Device names by type."""
+    """Device names by kind: a device type on one group of alike servers (the same kinds of device in the
+    same numbers), or the type alone where all servers are alike. Any plan maps onto the kinds, so the LP stays
+    a relaxation however they are drawn; kinds on different servers let it charge the network (a host CPU on
+    every server would otherwise carry tensors between servers for free)."""
+    platform = problem.platform
+    on: dict[str, list] = {}
+    for d in platform.devices:
+        on.setdefault(d.server, []).append(d)
+    seen: dict[frozenset, str] = {}
+    group = {server: seen.setdefault(frozenset(Counter(device_kind(d) for d in devices).items()), server)
+             for server, devices in on.items()}
+    several = len(seen) > 1
     kinds: dict[str, list[str]] = {}
-    for d in problem.platform.devices:
-        kinds.setdefault(d.type, []).append(d.name)
+    for d in platform.devices:
+        kinds.setdefault(f"{d.type}@{group[d.server]}" if several else d.type, []).append(d.name)
     return kinds
 
 
@@ -111,7 +129,8 @@ def _merged_views(problem: Problem, hop: dict[str, dict[str, float]]) -> dict[st
         (u,) = preds
         if (len(graph.successors[u]) == 1 and all(problem.time(t, d) == 0 for d in problem.allowed_devices[t])
                 and set(problem.allowed_devices[t]) >= set(problem.allowed_devices[u])
-                and all(hop[t][k] <= hop[u][k] for k in hop[t])):
+                and all(hop[t][k] <= hop[u][k] for k in hop[t])
+                and graph.by_id[t].output_bytes <= graph.by_id[u].output_bytes):  # its network time too
             owner[t] = owner[u]
     return owner
 
@@ -211,8 +230,9 @@ def _part_rows(problem: Problem, lp: _KeyedLP, kinds: dict[str, list[str]], owne
                count: int, hop: dict[str, dict[str, float]], unit: float, load: dict, held: dict, tag: int) -> None:
     """One part's columns (x per representative and kind, y/z per tensor read inside it and kind), its
     representatives' rows, and its compute, hops and memory, ``count`` times, on each kind's rows."""
-    graph = problem.graph
-    kind_of = {d.name: d.type for d in problem.platform.devices}
+    graph, network = problem.graph, problem.platform.network
+    kind_of = {d: k for k, names in kinds.items() for d in names}
+    far = _far_kinds(problem, kinds) if network is not None else {}
     allowed: dict[str, set[str]] = {}
     for t in part:
         here = {kind_of[d] for d in problem.allowed_devices[t]}
@@ -235,6 +255,35 @@ def _part_rows(problem: Problem, lp: _KeyedLP, kinds: dict[str, list[str]], owne
         for k in kinds:
             if readers:
                 _crossing(lp, load[k], (tag, u, owner[u]), readers, k, count * hop[u][k] * unit)
+            if readers and far.get(k) and network is not None:
+                cost = count * network.time(graph.by_id[u].output_bytes) * unit
+                _network(lp, load[k], (tag, u, owner[u]), readers, k, far[k], cost)
+
+
+def _far_kinds(problem: Problem, kinds: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Per kind, the kinds none of whose devices shares a server or a peer link with one of its devices: a
+    tensor between the two always crosses the network."""
+    platform = problem.platform
+    servers = {k: {platform.by_name[d].server for d in names} for k, names in kinds.items()}
+    kind_of = {d: k for k, names in kinds.items() for d in names}
+    linked = {frozenset((kind_of[a], kind_of[b])) for a, b in map(tuple, platform.peer_links)}
+    return {k: [j for j in kinds if j != k and not servers[j] & servers[k] and frozenset((j, k)) not in linked]
+            for k in kinds}
+
+
+def _network(lp: _KeyedLP, load: dict, producer: tuple[int, str, str], readers: set[str], k: str, far: list[str],
+             cost: float) -> None:
+    """The rows that charge kind k the network time of a producer's tensor read on k and made on a kind far
+    from k (``w >= x[v,k] + sum_j x[r,j] - 1``, j over the far kinds)."""
+    tag, u, r = producer
+    sources = {("x", tag, r, j): 1.0 for j in far if lp.has(("x", tag, r, j))}
+    targets = [("x", tag, v, k) for v in readers if lp.has(("x", tag, v, k))]
+    if cost <= 0 or not sources or not targets:
+        return
+    lp.col(("w", tag, u, k))
+    load[("w", tag, u, k)] = cost
+    for target in targets:
+        lp.ub({("w", tag, u, k): -1.0, target: 1.0, **sources}, 1.0)
 
 
 def _crossing(lp: _KeyedLP, load: dict, producer: tuple[int, str, str], readers: set[str], k: str,
