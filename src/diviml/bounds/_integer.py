@@ -26,7 +26,7 @@ from ..problem import Problem
 from ._lp import _items, _tolerated, _unit
 from ._simple import _gpipe, _unit_costs, work_classes
 
-__all__ = ["integer_work_bound", "may_lift"]
+__all__ = ["integer_work_bound", "integer_work_counts", "may_lift"]
 
 MAX_COLUMNS = 20_000  # class-device counts: beyond, the MILP is not worth its time (the LP stands)
 # branch-and-bound nodes: most of the lift is the root's (GPT-3 on six servers: 1.5802 s at the root, 1.5809 at
@@ -56,6 +56,13 @@ def integer_work_bound(problem: Problem, time_limit: float | None = None) -> flo
         return 0.0
     unit = _unit(_unit_costs(problem))
     return _solve(problem, count, columns, n_t, unit, time_limit)
+
+
+def integer_work_counts(problem: Problem) -> dict[tuple, tuple[int, ...]] | None:
+    """The best whole-task assignment the last work MILP solved for ``problem`` found: per class of
+    :func:`~._simple.work_classes`, how many of its items each device runs (platform order); None where none
+    was solved or it found none. The pipeline solvers make a split of it (:mod:`diviml.solvers.pipeline.counts`)."""
+    return problem.__dict__.get("work_counts")
 
 
 def may_lift(problem: Problem, work_lp: float, best: float) -> bool:
@@ -119,6 +126,11 @@ def _solve(problem: Problem, count: Counter, columns: list[tuple[int, int]], n_t
     with native_stdout_to_stderr():  # HiGHS's MILP prints a line to stdout now and then
         res = milp(cost, constraints=LinearConstraint(a.tocsr(), low, high), integrality=integrality,
                    bounds=Bounds(np.zeros(n_x + n_t), upper), options=options)
+    if res.x is not None:
+        counts = {key: [0] * len(devices) for key in classes}
+        for (k, j), i in index.items():
+            counts[classes[k]][j] = int(round(res.x[i]))
+        problem.__dict__["work_counts"] = {key: tuple(n) for key, n in counts.items()}
     bound = getattr(res, "mip_dual_bound", None)  # proven at the limit too
     if bound is None or not np.isfinite(bound):
         return 0.0

@@ -118,11 +118,19 @@ def work_classes(problem: Problem) -> Counter:
     member may not run there), costs as :func:`_unit_costs` gives them; phases are forward and backward for
     GPipe's two maxima, else one. Kept with the problem (the work LP and the work MILP both read it)."""
     memo = problem.__dict__
-    if "work_classes" in memo:
-        return memo["work_classes"]
+    if "work_classes" not in memo:
+        memo["work_classes"] = Counter(work_class_of(problem).values())
+    return memo["work_classes"]
+
+
+def work_class_of(problem: Problem) -> dict[tuple[str, ...], tuple]:
+    """Each item's class in :func:`work_classes` (kept with the problem)."""
+    memo = problem.__dict__
+    if "work_class_of" in memo:
+        return memo["work_class_of"]
     graph, raw = problem.graph, _unit_costs(problem)
     phases = 2 if _gpipe(problem) else 1
-    count: Counter = Counter()
+    out = {}
     for members in _items(problem):
         costs: list[tuple[float, ...] | None] = []
         for d in problem.platform.devices:
@@ -133,9 +141,9 @@ def work_classes(problem: Problem) -> Counter:
                 costs.append(tuple(per_phase))
             else:
                 costs.append(None)
-        count[(sum(graph.by_id[m].memory_bytes for m in members), tuple(costs))] += 1
-    memo["work_classes"] = count
-    return count
+        out[members] = (sum(graph.by_id[m].memory_bytes for m in members), tuple(costs))
+    memo["work_class_of"] = out
+    return out
 
 
 def _gpipe(problem: Problem) -> bool:

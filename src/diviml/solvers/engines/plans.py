@@ -25,6 +25,11 @@ def better_bound(*bounds: tuple[float | None, str]) -> tuple[float, str]:
 def best_of(attempts: Iterable[Callable[[], Plan | None]]) -> Plan | None:
     """The plan of least objective among ``attempts`` run in turn (a solve that finds no plan, raising or
     returning None, is skipped), or None: how a solver warm-starts from baselines."""
+    return min(plans_of(attempts), key=lambda p: p.objective, default=None)
+
+
+def plans_of(attempts: Iterable[Callable[[], Plan | None]]) -> list[Plan]:
+    """The plans of ``attempts`` run in turn, those that find none (raising or returning None) left out."""
     plans = []
     for attempt in attempts:
         try:
@@ -33,7 +38,7 @@ def best_of(attempts: Iterable[Callable[[], Plan | None]]) -> Plan | None:
             continue
         if plan is not None:
             plans.append(plan)
-    return min(plans, key=lambda p: p.objective, default=None)
+    return plans
 
 
 class Stopwatch:
