@@ -240,7 +240,7 @@ def polished(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
         return plan
     return make_plan(problem, placement=found[0], solver=plan.solver, status=plan.status, watch=watch,
                      bound=plan.bound, bound_source=plan.bound_source, stats=dict(plan.stats), notes=[
-                         *plan.notes, f"polished: {found[1]} moves off the slowest devices took the largest "
+                         *plan.notes, f"polished: {found[1]} move{'s' if found[1] != 1 else ''} off the slowest devices took the largest "
                          f"load from {plan.objective:.6g} to {value:.6g}"])
 
 
@@ -272,8 +272,8 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
     columns = _columns(problem, contracted)
     if start is not None and columns * SECONDS_PER_COLUMN > watch.left:
         return make_plan(problem, placement=start.placement, solver=NAME, status="timeout", watch=watch, notes=[
-            f"kept the warm start ({start.solver}): the IP (about {columns:,} columns) would take longer to "
-            f"build and hand over than the {watch.left:.1f} s left; a longer --time-limit runs it"])
+            f"kept the warm start: the IP (about {columns:,} columns) would take longer to build and hand over "
+            f"than the {watch.left:.1f} s left; a longer --time-limit runs it", *start.notes])
     m, maps = build(problem, contracted, symmetry, unit=1000.0 / scale if scale > 0 else 1.0)
     hint = hint_vector(m, maps, problem, contracted, start.placement, symmetry) if start else None
     if progress:
@@ -304,7 +304,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
         candidates.append(make_plan(problem, placement=start.placement, solver=NAME,
                                     status="optimal" if result.status == "optimal" else "timeout", watch=watch,
                                     bound=bound, bound_source=IP,
-                                    notes=notes + [f"kept the warm start ({start.solver})"], stats=stats))
+                                    notes=[*notes, "kept the warm start", *start.notes], stats=stats))
     if not candidates:
         from ...errors import InfeasibleError
         raise InfeasibleError(f"the IP found no split within {time_limit:g} s: raise the time limit")
