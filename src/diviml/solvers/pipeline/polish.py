@@ -4,17 +4,18 @@ On a large model the IP stops at its limit with its warm start, a chain of runs 
 fall where a device's memory or the bisection's target stops them: on GPT-3 over six servers the H100s are
 full of weights, some V100s hold 1.5 GB less than they could and the last device of the chain has time to
 spare, while the A100s carry the largest load. The polish repeatedly takes the device of the largest load
-and moves one class off it (a task, or a co-location group) to the device, with the memory for it, where the
-largest of the loads the move changes is least, as long as that stays below the load it relieves. Every move
-lowers the sorted vector of loads, so the search ends; it stops earlier at its deadline. Classes of no
-compute on the slowest device (views, reshapes) are not moved: they could only save it a hop. Loads are the
-simulator's (:func:`diviml.simulate.pipeline_loads`: compute, each tensor's hop out of its device once and
-into each other device that reads it, both ends of a peer link, the network on the receiver) and are kept up
-to date per move from the tensors the moved class produces and reads.
+and moves one class off it (a task, or a co-location group; where none helps, a run of up to :data:`BLOCK`
+consecutive classes at either end of a run it holds, which cuts no new tensor inside it) to the device, with
+the memory for it, where the largest of the loads the move changes is least, as long as that stays below the
+load it relieves. Every move lowers the sorted vector of loads, so the search ends; it stops earlier at its
+deadline. Single classes of no compute on the slowest device (views, reshapes) are not moved: they could only
+save it a hop. Loads are the simulator's (:func:`diviml.simulate.pipeline_loads`: compute, each tensor's hop
+out of its device once and into each other device that reads it, both ends of a peer link, the network on
+the receiver) and are kept up to date per move from the tensors the moved classes produce and read.
 
 GPT-3's pipeline over six-servers: 1.736 -> 1.710 s (19 moves, 1 s); over a100-ib-2x8 20.13 -> 18.58 s, 0.05%
-above the work MILP's bound (117 moves). Non-contiguous splits of inference and PipeDream-style training only (a move may break a contiguous stage,
-and GPipe sums two maxima that one move trades against each other).
+above the work MILP's bound (117 moves). Non-contiguous splits of inference and PipeDream-style training only
+(a move may break a contiguous stage, and GPipe sums two maxima that one move trades against each other).
 """
 
 from __future__ import annotations
