@@ -54,3 +54,19 @@ def test_it_needs_the_work_milp_solved_and_a_non_contiguous_pipeline():
     contiguous = Problem(problem.graph, problem.platform, Objective("pipeline", contiguous=True))
     integer_work_bound(contiguous, time_limit=30)
     assert integer_work_counts(contiguous) is not None and split_counts(contiguous, Stopwatch(10)) is None
+
+
+def test_a_view_goes_with_its_producer_not_where_the_counts_would_deal_it():
+    # six weighted tasks, each read by a view of no time and no memory: the counts may put the views anywhere
+    # (they cost nothing there), but away from their producers every one of them would pay two hops
+    weighted = [Task(f"t{k}", {"gpu": 1.0, "cpu": 8.0}, memory_bytes=3 * GB, output_bytes=1 * GB) for k in range(6)]
+    views = [Task(f"v{k}", {"gpu": 0.0, "cpu": 0.0}, output_bytes=1 * GB) for k in range(6)]
+    link = Link(1 * GB, 0.0)
+    platform = Platform((Device("g0", "gpu", 8 * GB, link=link), Device("g1", "gpu", 8 * GB, link=link),
+                         Device("cpu", "cpu", 1e12, is_host=True)))
+    problem = Problem(TaskGraph.create(weighted + views, [(f"t{k}", f"v{k}") for k in range(6)]), platform,
+                      Objective("pipeline"))
+    integer_work_bound(problem, time_limit=30)
+    plan = split_counts(problem, Stopwatch(10))
+    assert all(plan.placement[f"v{k}"] == plan.placement[f"t{k}"] for k in range(6))
+    assert validate(plan, problem).ok

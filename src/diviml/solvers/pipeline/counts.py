@@ -5,9 +5,11 @@ devices within their memory, minimising the largest compute load; it leaves out 
 are mostly compute and memory, its assignment is nearly a plan: GPT-3's decoding step overflows the GPUs with
 weights and KV cache, the host CPUs run the rest and set the pace, and a host pays no hops. Each device takes
 its count of each class, the class's tasks in topological order dealt out in consecutive blocks (neighbours
-stay together), and the simulator then prices the hops (the pipeline IP's warm start polishes the best
-start, :mod:`.polish`). GPT-3's decoding step over a100-ib-2x8: 3.084 s from the chain, 2.584 s from the
-counts (the bound: 2.529 s); over h100-nvlink-8 6.013 -> 5.057 s, the bound. Where hops dominate (a prefill
+stay together); a task of no time and no memory (a view: the counts put it anywhere) goes with its producer.
+The simulator then prices the hops (the pipeline IP's warm start polishes the best start, :mod:`.polish`).
+GPT-3's decoding step over a100-ib-2x8: 3.084 s from the chain, 2.575 s from the counts (the bound: 2.529 s);
+over h100-nvlink-8 6.013 -> 5.057 s, the bound; over six-servers 0.862 -> 0.701 s (bound 0.660 s; with the
+views dealt by the counts too, 0.825 s: they piled up on the last device). Where hops dominate (a prefill
 over six servers) the counts are far from a plan and the other starts win.
 """
 
@@ -38,12 +40,21 @@ def split_counts(problem: Problem, watch: Stopwatch, *, solver: str = NAME) -> P
         members_of.setdefault(key, []).append(members)
     devices = [d.name for d in problem.platform.devices]
     placement: dict[str, str] = {}
+    free: list[tuple[str, ...]] = []
     for key, items in members_of.items():
-        items.sort(key=lambda members: min(position[t] for t in members))
-        spots = [d for d, n in zip(devices, counts.get(key, ())) for _ in range(n)]
-        if len(spots) != len(items):
+        if len(counts.get(key, ())) != len(devices) or sum(counts[key]) != len(items):
             return None  # not this problem's counts
+        if key[0] == 0 and all(times is None or not any(times) for times in key[1]):
+            free += items  # no time, no memory: it goes with its producer (the counts put it anywhere)
+            continue
+        items.sort(key=lambda members: min(position[t] for t in members))
+        spots = [d for d, n in zip(devices, counts[key]) for _ in range(n)]
         for members, device in zip(items, spots):
             placement.update(dict.fromkeys(members, device))
+    for members in sorted(free, key=lambda members: min(position[t] for t in members)):
+        near = [placement[u] for m in members for u in problem.graph.predecessors[m] if u in placement]
+        near += [d for d in devices if all(d in problem.allowed_devices[m] for m in members)]
+        device = next(d for d in near if all(d in problem.allowed_devices[m] for m in members))
+        placement.update(dict.fromkeys(members, device))
     return make_plan(problem, placement=placement, solver=solver, status="feasible", watch=watch, notes=[
         f"the work MILP's whole-task counts over {len(devices)} devices, each class dealt out in topological order"])
