@@ -57,4 +57,5 @@ def split_counts(problem: Problem, watch: Stopwatch, *, solver: str = NAME) -> P
         device = next(d for d in near if all(d in problem.allowed_devices[m] for m in members))
         placement.update(dict.fromkeys(members, device))
     return make_plan(problem, placement=placement, solver=solver, status="feasible", watch=watch, notes=[
-        f"the work MILP's whole-task counts over {len(devices)} devices, each class dealt out in topological order"])
+        f"the work MILP's whole-task counts over {len(devices)} devices, each class dealt out in topological order "
+        "(a task of no time and no memory with its producer)"])

@@ -11,8 +11,8 @@ charges a placement (:func:`diviml.simulate.pipeline_loads`); load of d = comput
 contiguity when asked (per device: ``z >= x``, z propagates along forward edges, and no forward edge
 re-enters the set from a node outside it that the set reaches); symmetry breaking for identical devices (and,
 with ``+servers``, identical servers).
-Warm-started from the best of the DP, the greedy fill, the chain, the layer split and the work MILP's counts, polished;
-never returns anything worse.
+Warm-started from the best of the DP, the greedy fill, the chain, the layer split and the work MILP's counts,
+polished; never returns anything worse.
 """
 
 from __future__ import annotations
@@ -213,10 +213,10 @@ def warm_start(problem: Problem, watch: Stopwatch, load_bound: float | None = No
     classes), the greedy fill, the chain of tasks cut over the servers (:mod:`.chain`), for a model of
     layers the best split of whole layers (:mod:`.layers`), and the work MILP's counts dealt out
     (:mod:`.counts`, where the bound solved it). On GPT-3's pipeline over six servers the chain's
-    1.737 s beat the greedy fill's 1.783 s and the DP's 1.993 s. The best :data:`POLISHED` of them are
-then polished (:mod:`.polish`), each in a tenth of the time left: the best start is not always the best
-polished (GPT-3's decoding step over six-servers: the counts' 0.827 s polish to 0.805 s, the chain's 0.862 s
-to 0.799 s)."""
+    1.737 s beat the greedy fill's 1.783 s and the DP's 1.993 s. The best :data:`POLISHED` of them are then
+    polished (:mod:`.polish`), each in a tenth of the time left: the best start is not always the best polished
+    (GPT-3's decoding step over six-servers, before the counts kept views with their producers: the counts'
+    0.827 s polished to 0.805 s, the chain's 0.862 s to 0.799 s)."""
     contiguous = replace(problem, objective=replace(problem.objective, contiguous=True))
     candidates = [lambda: greedy.fill_plan(contiguous, Stopwatch(max(watch.left / 4, 0.5)), load_bound),
                   lambda: split_chain(problem, Stopwatch(max(watch.left / 10, 0.5)), solver=NAME),
@@ -238,10 +238,11 @@ def polished(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
     value = pipeline_loads(problem, found[0]).objective
     if value >= plan.objective:
         return plan
+    moves = f"{found[1]} move{'s' if found[1] != 1 else ''}"
     return make_plan(problem, placement=found[0], solver=plan.solver, status=plan.status, watch=watch,
                      bound=plan.bound, bound_source=plan.bound_source, stats=dict(plan.stats), notes=[
-                         *plan.notes, f"polished: {found[1]} move{'s' if found[1] != 1 else ''} off the slowest devices took the largest "
-                         f"load from {plan.objective:.6g} to {value:.6g}"])
+                         *plan.notes, f"polished: {moves} off the slowest devices took the largest load from "
+                         f"{plan.objective:.6g} to {value:.6g}"])
 
 
 # building the IP and handing it to HiGHS, per column of the estimate (:func:`_columns`): 5.2 s + 1.5 s for
