@@ -53,20 +53,6 @@ class Cut:
     earlier: tuple[str, str] = ("zero", "")
 
 
-def mandatory(duration: float, head: float, tail: float, a: float, b: float, makespan: float) -> float:
-    """The least time a job of ``duration`` that runs within ``[head, makespan - tail]`` spends inside the window
-    ``[a, makespan - b]``: its overlap with the window at the earlier of its two extreme positions.
-
-    >>> mandatory(4.0, head=0.0, tail=0.0, a=1.0, b=1.0, makespan=10.0)  # may run in [0, 4] or [6, 10]
-    3.0
-    >>> mandatory(4.0, head=2.0, tail=2.0, a=1.0, b=1.0, makespan=10.0)  # inside [2, 8] whatever its start
-    4.0
-    """
-    left = min(head + duration, makespan - b) - max(head, a)
-    right = min(makespan - tail, makespan - b) - max(makespan - tail - duration, a)
-    return max(0.0, min(left, right))
-
-
 def earliest_starts(problem: Problem, duration: Callable[[str, str], float] | None = None,
                     scale: float = 1.0) -> dict[tuple[str, str], float]:
     """(task, device) -> the earliest the task can start there: each producer at its earliest on the device

@@ -47,19 +47,20 @@ def hop_work_bound(problem: Problem, time_limit: float | None = None) -> float:
     stop = None if time_limit is None else perf_counter() + time_limit
     kinds = _kinds(problem)
     hop = _hop_costs(problem, kinds)
+    far = _far_kinds(problem, kinds) if problem.platform.network is not None else {}
     owner = _merged_views(problem, hop)
     unit = _unit(_unit_costs(problem))
     best = 0.0
     for parts in _groupings(problem, owner, hop, stop):
         if stop is not None and perf_counter() > stop:
             break
-        value = _solve(problem, kinds, owner, parts, hop, unit, stop)
+        value = _solve(problem, kinds, far, owner, parts, hop, unit, stop)
         best = max(best, value / unit * (1 - 1e-6) if value is not None else 0.0)
     return best
 
 
-def _solve(problem: Problem, kinds: dict[str, list[str]], owner: dict[str, str], parts, hop, unit: float,
-           stop: float | None) -> float | None:
+def _solve(problem: Problem, kinds: dict[str, list[str]], far: dict[str, list[str]], owner: dict[str, str], parts,
+           hop, unit: float, stop: float | None) -> float | None:
     """The LP over ``parts`` (one of each kind, with its count), in the scaled unit; None past ``stop``."""
     lp = _KeyedLP()
     lp.col(("T",))
@@ -68,7 +69,7 @@ def _solve(problem: Problem, kinds: dict[str, list[str]], owner: dict[str, str],
     for n, (part, count) in enumerate(parts):
         if stop is not None and perf_counter() > stop:
             return None  # building the LP alone outlasts its share: drop it
-        _part_rows(problem, lp, kinds, owner, set(part), count, hop, unit, load, held, tag=n)
+        _part_rows(problem, lp, kinds, far, owner, set(part), count, hop, unit, load, held, tag=n)
     memory = {k: sum(problem.platform.by_name[d].memory_bytes for d in devices) for k, devices in kinds.items()}
     scale = max((t.memory_bytes for t in problem.graph.tasks), default=0.0) or 1.0
     for k, devices in kinds.items():
@@ -226,13 +227,14 @@ def _signature(problem: Problem, segment: list[str], owner: dict[str, str]) -> t
     return rows, edges
 
 
-def _part_rows(problem: Problem, lp: _KeyedLP, kinds: dict[str, list[str]], owner: dict[str, str], part: set[str],
-               count: int, hop: dict[str, dict[str, float]], unit: float, load: dict, held: dict, tag: int) -> None:
-    """One part's columns (x per representative and kind, y/z per tensor read inside it and kind), its
-    representatives' rows, and its compute, hops and memory, ``count`` times, on each kind's rows."""
+def _part_rows(problem: Problem, lp: _KeyedLP, kinds: dict[str, list[str]], far: dict[str, list[str]],
+               owner: dict[str, str], part: set[str], count: int, hop: dict[str, dict[str, float]], unit: float,
+               load: dict, held: dict, tag: int) -> None:
+    """One part's columns (x per representative and kind, y/z per tensor read inside it and kind, w per tensor
+    read on a kind from one ``far`` from it), its representatives' rows, and its compute, hops and memory,
+    ``count`` times, on each kind's rows."""
     graph, network = problem.graph, problem.platform.network
     kind_of = {d: k for k, names in kinds.items() for d in names}
-    far = _far_kinds(problem, kinds) if network is not None else {}
     allowed: dict[str, set[str]] = {}
     for t in part:
         here = {kind_of[d] for d in problem.allowed_devices[t]}

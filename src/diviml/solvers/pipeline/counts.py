@@ -52,9 +52,8 @@ def split_counts(problem: Problem, watch: Stopwatch, *, solver: str = NAME) -> P
         for members, device in zip(items, spots):
             placement.update(dict.fromkeys(members, device))
     for members in sorted(free, key=lambda members: min(position[t] for t in members)):
-        near = [placement[u] for m in members for u in problem.graph.predecessors[m] if u in placement]
-        near += [d for d in devices if all(d in problem.allowed_devices[m] for m in members)]
-        device = next(d for d in near if all(d in problem.allowed_devices[m] for m in members))
+        producers = [placement[u] for m in members for u in problem.graph.predecessors[m] if u in placement]
+        device = next(d for d in producers + devices if all(d in problem.allowed_devices[m] for m in members))
         placement.update(dict.fromkeys(members, device))
     return make_plan(problem, placement=placement, solver=solver, status="feasible", watch=watch, notes=[
         f"the work MILP's whole-task counts over {len(devices)} devices, each class dealt out in topological order "
