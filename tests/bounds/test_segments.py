@@ -75,6 +75,43 @@ def test_a_given_transfer_time_is_not_taken_for_a_small_tensors_cost():
     assert memory_segments_bound(p) == pytest.approx(5, rel=1e-5)
 
 
+def _two_servers(gpu_memory: float = 10.0) -> Platform:
+    """Two servers, each a host CPU and a GPU of its own type (g1 on A, g2 on B); hops and the network move
+    a byte a second."""
+    link = Link(1.0, 0.0)
+    return Platform((Device("cpuA", "cpu", 100.0, "A", True), Device("gA", "g1", gpu_memory, "A", False, link),
+                     Device("cpuB", "cpu", 100.0, "B", True), Device("gB", "g2", gpu_memory, "B", False, link)),
+                    "two servers", network=Link(1.0, 0.0))
+
+
+def test_a_tensor_between_two_servers_gpus_pays_the_network_even_through_a_host_cpu():
+    # a runs only on A's GPU, b only on B's, 1 s each; a's 1-byte output takes 1 s per hop and 1 s over the
+    # network. Routes closed over device types went GPU -> a host CPU (A's: 1 s) -> a GPU (B's, from B's CPU:
+    # 1 s) and left the network out: 4. Closed over devices, every route pays it: 1 + 3 + 1 = 5, the optimum
+    g = graph({"a": ({"g1": 1.0, "g2": 1.0, "cpu": 1.0}, 1.0), "b": ({"g1": 1.0, "g2": 1.0, "cpu": 1.0}, 1.0)},
+              [("a", "b")], a={"memory_bytes": 10.0, "allowed_types": frozenset({"g1"})},
+              b={"memory_bytes": 10.0, "allowed_types": frozenset({"g2"})})
+    p = Problem(g, _two_servers(), Objective())
+    assert memory_segments_bound(p) == pytest.approx(5, rel=1e-5)
+    plan = diviml.solve(p, "exact", time_limit=10)
+    assert plan.objective == pytest.approx(5) and plan.status == "optimal"
+
+
+def test_a_series_point_on_a_host_cpu_does_not_carry_a_tensor_to_the_other_server_for_free():
+    # a (A's GPU only) -> s -> b (B's GPU only), s 0.5 s anywhere but 5 s on a GPU. With one kind for both host
+    # CPUs, s on "the CPU" was entered from A's GPU (1 s hop to A's CPU) and left for B's GPU (1 s hop from
+    # B's CPU): 1 + 1 + 0.5 + 1 + 1 = 4.5. Each server's CPU is a kind of its own, so s on either pays the
+    # network on one side: 5.5, the optimum
+    g = graph({"a": ({"g1": 1.0, "g2": 1.0, "cpu": 1.0}, 1.0), "s": ({"g1": 5.0, "g2": 5.0, "cpu": 0.5}, 1.0),
+               "b": ({"g1": 1.0, "g2": 1.0, "cpu": 1.0}, 1.0)},
+              [("a", "s"), ("s", "b")], a={"memory_bytes": 10.0, "allowed_types": frozenset({"g1"})},
+              b={"memory_bytes": 10.0, "allowed_types": frozenset({"g2"})})
+    p = Problem(g, _two_servers(), Objective())
+    assert memory_segments_bound(p) == pytest.approx(5.5, rel=1e-5)
+    plan = diviml.solve(p, "exact", time_limit=10)
+    assert plan.objective == pytest.approx(5.5) and plan.status == "optimal"
+
+
 def test_it_says_nothing_where_memory_does_not_bind_or_the_objective_is_not_latency():
     g = graph({t: ({"x": 3, "y": 1}, 0.0) for t in "ab"}, [("a", "b")], a={"memory_bytes": 10.0})
     assert memory_segments_bound(Problem(g, _platform(100.0), Objective())) == 0.0
@@ -105,6 +142,37 @@ def test_it_never_exceeds_the_proven_optimum(seed):
     assert best.status == "optimal"
     assert memory_segments_bound(p) <= best.objective * (1 + 1e-9)
     assert lower_bound(p) <= best.objective * (1 + 1e-9)
+
+
+def _random_servers_problem(seed: int) -> Problem:
+    """A layered DAG of 5-9 tasks on three servers: A and A2 alike (a host CPU and a g1 GPU), B (a host CPU
+    and two g2 GPUs); the CPUs 3-6 times slower and roomy, the GPUs holding 20-60% of the weights each, links
+    and the network of random speeds."""
+    rng = random.Random(seed)
+    g = layered_dag(rng.randint(5, 9), seed=seed, device_types=("g1",))
+    tasks = []
+    for t in g.tasks:
+        fast = t.time["g1"]
+        tasks.append(Task(t.id, {"g1": fast, "g2": fast * rng.uniform(0.5, 2), "cpu": fast * rng.uniform(3, 6)},
+                          output_bytes=t.output_bytes, memory_bytes=float(rng.choice([0, 1, 2, 4]))))
+    g = TaskGraph.create(tasks, g.edges)
+    total = sum(t.memory_bytes for t in g.tasks) or 1.0
+    rate = sum(t.output_bytes for t in g.tasks) / sum(t.time["g1"] for t in g.tasks)
+    link, network = Link(rate * rng.uniform(0.5, 4), 0.0), Link(rate * rng.uniform(0.5, 4), 0.0)
+    gpu = total * rng.uniform(0.2, 0.6)
+    devices = (Device("cpuA", "cpu", 1e9, "A", True), Device("gA", "g1", gpu, "A", False, link),
+               Device("cpuA2", "cpu", 1e9, "A2", True), Device("gA2", "g1", gpu, "A2", False, link),
+               Device("cpuB", "cpu", 1e9, "B", True), Device("gB0", "g2", gpu, "B", False, link),
+               Device("gB1", "g2", gpu, "B", False, link))
+    return Problem(g, Platform(devices, "three servers", network=network), Objective())
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_on_several_servers_it_never_exceeds_the_proven_optimum(seed):
+    p = _random_servers_problem(seed)
+    best = diviml.solve(p, "exact", time_limit=30)
+    assert best.status == "optimal"
+    assert memory_segments_bound(p) <= best.objective * (1 + 1e-9)
 
 
 def test_no_time_means_no_bound():

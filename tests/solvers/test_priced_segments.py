@@ -10,7 +10,7 @@ from conftest import graph
 import diviml
 from diviml import Objective, Problem
 from diviml.bounds import lower_bound, memory_segments_relaxation
-from diviml.solvers.baselines.priced_segments import priced_segments_plan
+from diviml.solvers.baselines.priced_segments import _fit, priced_segments_plan
 from diviml.solvers.engines.plans import Stopwatch
 from diviml.validate import validate
 
@@ -30,6 +30,19 @@ def test_memory_goes_to_the_tasks_that_are_slow_without_the_fast_device():
     plan = priced_segments_plan(p, Stopwatch(10))
     assert plan is not None and plan.objective == pytest.approx(8.87) and validate(plan, p).ok
     assert {a.task for a in plan.assignments if a.device == "fast"} == {"t1", "t3", "t5", "t7"}
+
+
+def test_a_task_moved_off_a_full_kind_pays_the_transfers_it_makes():
+    # a -> n -> b, all placed on the fast device, 0.05 bytes over its memory; every transfer takes 5 s. The
+    # norm n (0.1 bytes) runs faster on the slow device (0.5 s against 1 s), but moving it there sends a's
+    # output out and n's back (10 s, 12.5 s in all); moving a (10 bytes, 3 s there against 1 s) costs one
+    # transfer (10 s in all). Priced by time alone, n went first (GPT-3's layer norms crossed servers so)
+    spec = {"a": ({"x": 3, "y": 1}, 1.0), "n": ({"x": 0.5, "y": 1}, 1.0), "b": ({"x": 3, "y": 1}, 1.0)}
+    g = graph(spec, [("a", "n"), ("n", "b")], a={"memory_bytes": 10.0}, n={"memory_bytes": 0.1},
+              b={"memory_bytes": 10.0})
+    p = Problem(g, _platform(20.05, bandwidth=0.2), Objective())
+    moved = _fit(p, {"a": "y", "n": "y", "b": "y"}, {"x": ("slow",), "y": ("fast",)}, 1.0)
+    assert moved == {"a": "x", "n": "y", "b": "y"}
 
 
 def test_nothing_without_the_bounds_placements():

@@ -23,12 +23,10 @@ is merged into that producer first: moving it there never raises a kind's load, 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from time import perf_counter
 
-from ..interchangeable import device_kind
 from ..problem import Problem
-from ._lp import _KeyedLP, _tolerated, _unit
+from ._lp import _KeyedLP, _tolerated, _unit, server_kinds
 from ._series import MAX_TASKS, _series_points
 from ._simple import _unit_costs
 
@@ -45,7 +43,7 @@ def hop_work_bound(problem: Problem, time_limit: float | None = None) -> float:
     if problem.objective.kind != "pipeline" or (problem.is_training and problem.objective.training == "gpipe"):
         return 0.0
     stop = None if time_limit is None else perf_counter() + time_limit
-    kinds = _kinds(problem)
+    kinds = server_kinds(problem)
     hop = _hop_costs(problem, kinds)
     far = _far_kinds(problem, kinds) if problem.platform.network is not None else {}
     owner = _merged_views(problem, hop)
@@ -77,25 +75,6 @@ def _solve(problem: Problem, kinds: dict[str, list[str]], far: dict[str, list[st
         if math.isfinite(memory[k]) and held[k]:
             lp.ub({key: v / scale for key, v in held[k].items()}, _tolerated(memory[k], len(devices)) / scale)
     return lp.minimise(("T",), None if stop is None else stop - perf_counter())
-
-
-def _kinds(problem: Problem) -> dict[str, list[str]]:
-    """Device names by kind: a device type on one group of alike servers (the same kinds of device in the
-    same numbers), or the type alone where all servers are alike. Any plan maps onto the kinds, so the LP stays
-    a relaxation however they are drawn; kinds on different servers let it charge the network (a host CPU on
-    every server would otherwise carry tensors between servers for free)."""
-    platform = problem.platform
-    on: dict[str, list] = {}
-    for d in platform.devices:
-        on.setdefault(d.server, []).append(d)
-    seen: dict[frozenset, str] = {}
-    group = {server: seen.setdefault(frozenset(Counter(device_kind(d) for d in devices).items()), server)
-             for server, devices in on.items()}
-    several = len(seen) > 1
-    kinds: dict[str, list[str]] = {}
-    for d in platform.devices:
-        kinds.setdefault(f"{d.type}@{group[d.server]}" if several else d.type, []).append(d.name)
-    return kinds
 
 
 def _hop_costs(problem: Problem, kinds: dict[str, list[str]]) -> dict[str, dict[str, float]]:

@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from time import perf_counter
 
 import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import csr_matrix
 
+from ..interchangeable import device_kind
 from ..problem import Problem
 from ..validate import ABS_TOL, REL_TOL
+
+
+def server_kinds(problem: Problem) -> dict[str, list[str]]:
+    """Device names by kind: a device type on one group of alike servers (the same kinds of device in the
+    same numbers), or the type alone where all servers are alike. Any plan maps onto the kinds, so the LP stays
+    a relaxation however they are drawn; kinds on different servers let it charge the network (a host CPU on
+    every server would otherwise carry tensors between servers for free)."""
+    platform = problem.platform
+    on: dict[str, list] = {}
+    for d in platform.devices:
+        on.setdefault(d.server, []).append(d)
+    seen: dict[frozenset, str] = {}
+    group = {server: seen.setdefault(frozenset(Counter(device_kind(d) for d in devices).items()), server)
+             for server, devices in on.items()}
+    several = len(seen) > 1
+    kinds: dict[str, list[str]] = {}
+    for d in platform.devices:
+        kinds.setdefault(f"{d.type}@{group[d.server]}" if several else d.type, []).append(d.name)
+    return kinds
 
 
 def _tolerated(capacity: float, devices: int = 1) -> float:

@@ -5,18 +5,23 @@ A *series point* is a task that every other task of nonzero time or memory prece
 transformer's residual adds, a CNN's block outputs). Between two series points lies a *segment*: its tasks run
 within the window from the previous series point's finish to its own, so a plan's makespan is at least the sum
 of the windows, each at least the segment's longest path and its work on each kind of device spread over
-that kind's devices. With whole tasks on kinds of device (devices of one type pool their memory) and transfers
-priced between kinds at their cheapest, the bound is the least such sum whose placement holds every kind's
-memory. Relaxing memory with prices ``pi`` per byte and kind (Lagrange) splits it into a dynamic program over
-the segments (:mod:`._series` finds them), the state being the kind that runs the series point; each
-segment's cheapest placement for a given entry and exit kind is a small MILP (HiGHS) or, where it has few
-placements, the best of them all, and identical segments (a model's repeated layers) are priced once. The prices come from a master LP over the placements found so far (column generation), and every
-set of prices gives a valid bound, so the best one found before the deadline is kept.
+that kind's devices. A kind is a device type on one group of alike servers (its devices pool their memory;
+:func:`._lp.server_kinds`), so that a series point on a host CPU is on the CPU of some server, not on every
+server at once. With whole tasks on kinds and transfers priced between kinds at their cheapest route over
+devices (a tensor between two servers' GPUs pays the network, through a host CPU or not), the bound is the
+least such sum whose placement holds every kind's memory. Relaxing memory with prices ``pi`` per byte and kind
+(Lagrange) splits it into a dynamic program over the segments (:mod:`._series` finds them), the state being
+the kind that runs the series point; each segment's cheapest placement for a given entry and exit kind is a
+small MILP (HiGHS; the pair of kinds at each edge in its exact LP hull) or, where it has few placements, the
+best of them all, and identical segments (a model's repeated layers) are priced once. The prices come from a
+master LP over the placements found so far (column generation), and every set of prices gives a valid bound,
+so the best one found before the deadline is kept.
 
 Against the memory path LP (fractional tasks, free transfers) it gains where parallel branches let fractions
 of many tasks hide their slow share, where memory pushes layers across servers, and where a kind has few
-devices: GPT-3's prefill 21.13 s -> 22.35 s on six-servers, 42.77 -> 48.61 s on a100-ib-2x8, 36.03 ->
-44.57 s on h100-nvlink-8 (9-18 s each on the 2-core machine).
+devices: GPT-3's prefill 21.13 s -> 23.29 s on six-servers (22.35 s with one kind per device type and
+routes closed over kinds), 42.77 -> 48.61 s on a100-ib-2x8, 36.03 -> 44.57 s on h100-nvlink-8 (0.3-2.5 s
+each on the 2-core machine).
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import lil_matrix
 
+from ..native import native_stdout_to_stderr
 from ..problem import Problem
-from ._lp import _pooled_memory, _tolerated, _unit
+from ._lp import _tolerated, _unit, server_kinds
 from ._series import MAX_TASKS, Segment, segments_of
 from ._simple import _unit_costs
 
@@ -47,8 +53,9 @@ Column = tuple[float, dict[str, float], list[tuple[str, ...]]]  # summed windows
 @dataclass(frozen=True)
 class Relaxation:
     """What the bound's last master LP found: its mix of whole placements, each a weight and a kind of device
-    per task of the segments, whose weighted memory fits every kind's."""
+    per task of the segments, whose weighted memory fits every kind's; and each kind's devices."""
     mix: tuple[tuple[float, dict[str, str]], ...]
+    kinds: dict[str, tuple[str, ...]]
 
 
 def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> float:
@@ -58,13 +65,14 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     if problem.objective.kind != "latency":
         return 0.0
     stop = math.inf if time_limit is None else perf_counter() + time_limit
-    kinds = sorted({d.type for d in problem.platform.devices})
-    capacity = _capacities(problem, kinds)
+    devices_of = server_kinds(problem)
+    kinds = sorted(devices_of)
+    capacity = _capacities(problem, devices_of)
     total = sum(t.memory_bytes for t in problem.graph.tasks)
     if all(c >= total for c in capacity.values()) or len(problem.graph) > MAX_TASKS:
         return 0.0  # memory keeps nothing off its fastest kind (no price to pay), or too large a graph
     unit = _unit(_unit_costs(problem))
-    chain = segments_of(problem, kinds, unit)
+    chain = segments_of(problem, {k: devices_of[k] for k in kinds}, unit)
     if chain is None:
         return 0.0
     segments, runs, closed = chain
@@ -72,7 +80,7 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     index = [shapes.setdefault(s, len(shapes)) for s in segments]  # a model's repeated layers: one shape
     best = -math.inf
     prices = {k: 0.0 for k in kinds}
-    counts = {k: sum(d.type == k for d in problem.platform.devices) for k in kinds}
+    counts = {k: len(devices_of[k]) for k in kinds}
     columns = [_column(segments, choice, counts) for choice in _uniform_choices(segments, kinds)]
     master = _master([c for c in columns if c is not None], capacity, kinds)
     if master is not None:  # the first prices from every task on one kind (prices of 0 prove the critical path)
@@ -91,7 +99,7 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     if master is not None:
         mix = tuple((weight, {t: k for run, kinds_of in zip(runs, column[2]) for t, k in zip(run, kinds_of)})
                     for weight, column in master[2] if weight > 1e-9)
-        problem.__dict__["memory_segments"] = Relaxation(mix)
+        problem.__dict__["memory_segments"] = Relaxation(mix, {k: tuple(devices_of[k]) for k in kinds})
     return max(0.0, best) / unit * (1 - 1e-6) if best > -math.inf else 0.0
 
 
@@ -100,10 +108,10 @@ def memory_segments_relaxation(problem: Problem) -> Relaxation | None:
     return problem.__dict__.get("memory_segments")
 
 
-def _capacities(problem: Problem, kinds: list[str]) -> dict[str, float]:
-    """Each kind's pooled memory, with what the validator lets a device hold beyond it."""
-    pooled = _pooled_memory(problem)
-    return {k: _tolerated(pooled[k], len(problem.platform.devices)) for k in kinds}
+def _capacities(problem: Problem, devices_of: dict[str, list[str]]) -> dict[str, float]:
+    """Each kind's pooled memory, with what the validator lets its devices hold beyond it."""
+    memory = {d.name: d.memory_bytes for d in problem.platform.devices}
+    return {k: _tolerated(sum(memory[d] for d in names), len(names)) for k, names in devices_of.items()}
 
 
 def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_: str | None, counts: dict[str, int],
@@ -118,6 +126,10 @@ def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_:
         for k, _ in item.times:
             col["x", i, k] = len(col)
         col["e", i] = len(col)
+        for u, _ in item.preds:
+            for a, _ in segment[u].times:
+                for b, _ in item.times:
+                    col["y", u, i, a, b] = len(col)
     col["C"] = len(col)
     cost, upper = np.zeros(len(col)), np.full(len(col), np.inf)
     integral = np.zeros(len(col))
@@ -128,22 +140,22 @@ def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_:
             cost[j], upper[j], integral[j] = prices.get(k, 0.0) * item.memory, 1.0, 1
             if exit_ is not None and i == len(segment) - 1 and k != exit_:
                 upper[j] = 0.0
-    rows, highs = _path_rows(segment, col, entry)
+    rows = _path_rows(segment, col, entry)
     for k, n in counts.items():  # the segment's work on a kind, spread over its devices, fits in its window
-        rows.append({**{col["x", i, k]: p / n for i, item in enumerate(segment) for kk, p in item.times if kk == k},
-                     col["C"]: -1.0})
-        highs.append(0.0)
+        rows.append(({**{col["x", i, k]: p / n for i, item in enumerate(segment) for kk, p in item.times if kk == k},
+                      col["C"]: -1.0}, -np.inf, 0.0))
     for i, item in enumerate(segment):
-        rows.append({col["x", i, k]: 1.0 for k, _ in item.times})
+        rows.append(({col["x", i, k]: 1.0 for k, _ in item.times}, 1.0, 1.0))
     a = lil_matrix((len(rows), len(col)))
-    for r, row in enumerate(rows):
+    for r, (row, _, _) in enumerate(rows):
         for j, v in row.items():
             a[r, j] = v
-    lows = [-np.inf] * len(highs) + [1.0] * len(segment)
-    res = milp(cost, constraints=LinearConstraint(a.tocsr(), lows, highs + [1.0] * len(segment)),
-               integrality=integral, bounds=Bounds(np.zeros(len(col)), upper),
-               options={"time_limit": max(0.01, min(PRICE_LIMIT_S, stop - perf_counter())), "mip_rel_gap": 0.0,
-                        "presolve": False})  # HiGHS prints a line to stdout when it mends a presolved solution
+    with native_stdout_to_stderr():  # HiGHS prints a line to stdout when it mends a presolved solution
+        res = milp(cost, constraints=LinearConstraint(a.tocsr(), [low for _, low, _ in rows],
+                                                      [high for _, _, high in rows]),
+                   integrality=integral, bounds=Bounds(np.zeros(len(col)), upper),
+                   options={"time_limit": max(0.01, min(PRICE_LIMIT_S, stop - perf_counter())), "mip_rel_gap": 0.0,
+                            "presolve": False})
     if res.status == 2:  # infeasible: the series point cannot run on exit_
         return math.inf, None
     dual = getattr(res, "mip_dual_bound", None)
@@ -152,6 +164,31 @@ def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_:
         return max(0.0, value), None
     choice = tuple(max(item.times, key=lambda kt: res.x[col["x", i, kt[0]]])[0] for i, item in enumerate(segment))
     return min(value, res.fun), choice
+
+
+def _path_rows(segment: Segment, col: dict, entry: str | None) -> list[tuple[dict, float, float]]:
+    """Rows ``low <= row . x <= high``: each task finishes its own time after the entry series point's
+    transfer, and after its predecessors' finish plus the transfer between their kinds, and before C. The
+    pair of kinds of a predecessor u and its reader i is ``y[u,i,a,b]``, whose sums over b and over a are
+    ``x[u,a]`` and ``x[i,b]`` (the product's exact hull in the LP, where big-M rows per pair are weak)."""
+    rows: list[tuple[dict, float, float]] = []
+    for i, item in enumerate(segment):
+        own = {col["x", i, k]: p for k, p in item.times}
+        entered = dict(item.entry).items() if entry is not None else ()
+        rows.append(({**own, **{col["x", i, b]: own[col["x", i, b]] + c for (a, b), c in entered
+                                if a == entry and ("x", i, b) in col}, col["e", i]: -1.0}, -np.inf, 0.0))
+        for u, costs in item.preds:
+            pair = dict(costs)
+            kinds_u, kinds_i = [a for a, _ in segment[u].times], [b for b, _ in item.times]
+            rows.append(({**own, col["e", i]: -1.0, col["e", u]: 1.0,
+                          **{col["y", u, i, a, b]: pair.get((a, b), 0.0) for a in kinds_u for b in kinds_i
+                             if pair.get((a, b), 0.0) > 0}}, -np.inf, 0.0))
+            for a in kinds_u:
+                rows.append(({**{col["y", u, i, a, b]: 1.0 for b in kinds_i}, col["x", u, a]: -1.0}, 0.0, 0.0))
+            for b in kinds_i:
+                rows.append(({**{col["y", u, i, a, b]: 1.0 for a in kinds_u}, col["x", i, b]: -1.0}, 0.0, 0.0))
+        rows.append(({col["e", i]: 1.0, col["C"]: -1.0}, -np.inf, 0.0))
+    return rows
 
 
 def _enumerate(segment: Segment, prices: dict[str, float], entry: str | None, exit_: str | None,
@@ -167,33 +204,6 @@ def _enumerate(segment: Segment, prices: dict[str, float], entry: str | None, ex
         if value < best[0]:
             best = (value, choice)
     return best
-
-
-def _path_rows(segment: Segment, col: dict, entry: str | None) -> tuple[list[dict], list[float]]:
-    """Rows ``row . x <= high``: each task finishes its own time after its predecessors' finish plus, where
-    the pair of kinds differs, the least transfer (``e_i >= e_u + p_i + c_ab (x_ua + x_ib - 1)``), after the
-    entry series point's transfer, and before C."""
-    rows, highs = [], []
-    for i, item in enumerate(segment):
-        own = {col["x", i, k]: p for k, p in item.times}
-        kinds = {k for k, _ in item.times}
-        rows.append({**own, col["e", i]: -1.0})
-        highs.append(0.0)
-        for (a, b), c in item.entry if entry is not None else ():
-            if a == entry and b in kinds:
-                rows.append({**own, col["e", i]: -1.0, col["x", i, b]: own[col["x", i, b]] + c})
-                highs.append(0.0)
-        for u, costs in item.preds:
-            rows.append({**own, col["e", i]: -1.0, col["e", u]: 1.0})
-            highs.append(0.0)
-            for (a, b), c in costs:
-                if ("x", u, a) in col and b in kinds:
-                    rows.append({**own, col["e", i]: -1.0, col["e", u]: 1.0, col["x", i, b]: own[col["x", i, b]] + c,
-                                 col["x", u, a]: c})
-                    highs.append(c)
-        rows.append({col["e", i]: 1.0, col["C"]: -1.0})
-        highs.append(0.0)
-    return rows, highs
 
 
 def _walk(segments: list[Segment], index: list[int], closed: bool, counts: dict[str, int], prices: dict[str, float],

@@ -9,7 +9,10 @@ cheapest of the tensors on the way, per pair of kinds).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..problem import Problem
 
@@ -32,9 +35,11 @@ class Item:
 Segment = tuple[Item, ...]  # in topological order; the last one is the series point closing it (if any)
 
 
-def segments_of(problem: Problem, kinds: list[str], unit: float) -> tuple[list[Segment], list[list[str]], bool] | None:
-    """The graph's segments in order (times scaled by ``unit``), their tasks, and whether the last one ends at
-    a series point; None where a segment holds more than ``MAX_SEGMENT`` tasks."""
+def segments_of(problem: Problem, kinds: dict[str, list[str]],
+                unit: float) -> tuple[list[Segment], list[list[str]], bool] | None:
+    """The graph's segments in order (times scaled by ``unit``, per kind of ``kinds``: kind -> device names),
+    their tasks, and whether the last one ends at a series point; None where a segment holds more than
+    ``MAX_SEGMENT`` tasks."""
     graph = problem.graph
     order = list(graph.topological_order)
     position = {t: i for i, t in enumerate(order)}
@@ -84,34 +89,41 @@ def _series_points(problem: Problem, order: list[str], position: dict[str, int],
 
 class _Moves:
     """The least time a task's output takes from a device of one kind to one of another: ``raw`` per pair of
-    kinds that differ (memoised by what a transfer's time depends on: the output's size and any given time),
-    and ``closed``, any route through a third kind counted, as a chain of tasks may take it."""
+    devices (memoised by what a transfer's time depends on: the output's size and any given time), and
+    ``closed`` per pair of kinds that differ, any route through third devices counted, as a chain of tasks may
+    take it. Routes are closed over devices, not kinds: a GPU's tensor reaches another server's GPU through a
+    host CPU only by paying the network (closed over kinds, the CPU of one server would pass it to another's
+    for free)."""
 
-    def __init__(self, problem: Problem, kinds: list[str]):
+    def __init__(self, problem: Problem, kinds: dict[str, list[str]]):
         self.problem = problem
-        self.by_kind = {k: [d.name for d in problem.platform.devices if d.type == k] for k in kinds}
-        self.kinds = kinds
-        self.pairs = [(a, b) for a in kinds for b in kinds if a != b]
+        self.devices = [d for names in kinds.values() for d in names]
+        self.kinds = list(kinds)
+        self.kind_of = {d: k for k, names in kinds.items() for d in names}
+        position = {d: i for i, d in enumerate(self.devices)}
+        self.blocks = {k: np.array([position[d] for d in names]) for k, names in kinds.items()}
+        self.pairs = [(a, b) for a in self.kinds for b in self.kinds if a != b]
         self.memo: dict[tuple, tuple[float, ...]] = {}
+        self.closed_memo: dict[tuple[tuple[float, ...], float], Costs] = {}
 
     def raw(self, task: str) -> tuple[float, ...]:
         t = self.problem.graph.by_id[task]
         key = (t.output_bytes, t.transfer_time)
         if key not in self.memo:
             transfer = self.problem.platform.transfer_time
-            self.memo[key] = tuple(min(transfer(t, x, y) for x in self.by_kind[a] for y in self.by_kind[b])
-                                   for a, b in self.pairs)
+            self.memo[key] = tuple(transfer(t, x, y) for x in self.devices for y in self.devices)
         return self.memo[key]
 
     def closed(self, least_raw: tuple[float, ...], unit: float) -> Costs:
-        least = dict(zip(self.pairs, least_raw))
-        for k in self.kinds:
-            least[k, k] = 0.0
-        for via in self.kinds:  # Floyd-Warshall
-            for a in self.kinds:
-                for b in self.kinds:
-                    least[a, b] = min(least[a, b], least[a, via] + least[via, b])
-        return tuple(((a, b), least[a, b] * unit) for a, b in self.pairs if least[a, b] > 0)
+        key = (least_raw, unit)
+        if key not in self.closed_memo:
+            n = len(self.devices)
+            least = np.array(least_raw).reshape(n, n)
+            for via in range(n):  # Floyd-Warshall over devices
+                least = np.minimum(least, least[:, via:via + 1] + least[via:via + 1, :])
+            kind_least = {(a, b): float(least[np.ix_(self.blocks[a], self.blocks[b])].min()) for a, b in self.pairs}
+            self.closed_memo[key] = tuple(((a, b), c * unit) for (a, b), c in kind_least.items() if c > 0)
+        return self.closed_memo[key]
 
 
 def _least(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
@@ -146,14 +158,15 @@ def _segment(problem: Problem, run: list[str], previous: str | None, weighted: s
              unit: float) -> Segment:
     """The tasks of ``run`` as items: times per kind (scaled), memory, transfers from earlier ones and from
     the series point ``previous``."""
-    graph, platform = problem.graph, problem.platform
+    graph = problem.graph
     local = {t: i for i, t in enumerate(run)}
     feeds = {u: _reach(problem, u, weighted, moves) for u in run + ([previous] if previous else [])}
     items = []
     for t in run:
-        times = {}
+        times: dict[str, float] = {}
         for d in problem.allowed_devices[t]:
-            times[platform.by_name[d].type] = problem.time(t, d) * unit
+            k = moves.kind_of[d]
+            times[k] = min(times.get(k, math.inf), problem.time(t, d) * unit)
         preds = tuple((local[u], moves.closed(feeds[u][t], unit)) for u in run if t in feeds[u])
         entry = moves.closed(feeds[previous][t], unit) if previous and t in feeds[previous] else ()
         items.append(Item(tuple(sorted(times.items())), graph.by_id[t].memory_bytes, preds, entry))

@@ -4,7 +4,8 @@ The bound (:mod:`diviml.bounds._segments`) ends with a few whole placements, eac
 whose weighted memory fits every kind's. A plan cannot run a weighted mix, but a model of many segments can
 run each placement on its share of them: the segments are spliced in order, each placement taking a run of
 them that holds its weight's share of the memory. Tasks then move off any kind still over its memory (the
-least time lost per byte first), each kind keeping a margin for packing whole tasks into its devices, and
+least time lost per byte first, the transfers a move makes counted: a layer norm moved to another server for
+its speed sent two tensors over the network), each kind keeping a margin for packing whole tasks into its devices, and
 HEFT places every task on a device of its kind (earliest finish, within memory), so parallel branches spread
 over a kind's devices and chains stay on one. A tighter margin is tried first, a looser one where HEFT cannot
 pack the devices.
@@ -13,7 +14,7 @@ pack the devices.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ...bounds import memory_segments_relaxation
 from ...errors import InfeasibleError
@@ -37,15 +38,15 @@ def priced_segments_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
     if relaxation is None or not relaxation.mix:
         return None
     spliced = _splice(problem, relaxation.mix)
-    devices_of: dict[str, list[str]] = {}
-    for device in problem.platform.devices:
-        devices_of.setdefault(device.type, []).append(device.name)
+    devices_of = relaxation.kinds
     whole = JobGraph.whole(problem)
+    allowed = problem.allowed_devices
     for margin in MARGINS:
         if watch.expired:
             break
-        kind_of = _fit(problem, spliced, margin)
-        jobs = dataclasses.replace(whole, only={(t, 0): tuple(devices_of[k]) for t, k in kind_of.items()})
+        kind_of = _fit(problem, spliced, devices_of, margin)
+        jobs = dataclasses.replace(whole, only={(t, 0): tuple(d for d in devices_of[k] if d in allowed[t])
+                                                for t, k in kind_of.items()})
         try:
             placement, start, _ = heft_schedule(jobs)
         except InfeasibleError:
@@ -79,25 +80,36 @@ def _splice(problem: Problem, mix: Sequence[tuple[float, dict[str, str]]]) -> di
     return out
 
 
-def _fit(problem: Problem, kind_of: dict[str, str], margin: float) -> dict[str, str]:
-    """``kind_of`` with tasks moved off kinds holding more than ``margin`` of their memory: each move the
-    least time lost per byte, to a kind with room that the task may run on."""
+def _fit(problem: Problem, kind_of: dict[str, str], devices_of: Mapping[str, Sequence[str]],
+         margin: float) -> dict[str, str]:
+    """``kind_of`` with tasks moved off kinds (``devices_of``: kind -> device names) holding more than
+    ``margin`` of their memory: each move the least time lost per byte, to a kind with room that the task may
+    run on; the time lost counts the task's inputs moved to the other kind and its output moved back."""
     graph, platform = problem.graph, problem.platform
-    capacity: dict[str, float] = {}
-    for device in platform.devices:
-        capacity[device.type] = capacity.get(device.type, 0.0) + device.memory_bytes * margin
+    capacity = {k: sum(platform.by_name[d].memory_bytes for d in names) * margin for k, names in devices_of.items()}
+    kind_of_device = {d: k for k, names in devices_of.items() for d in names}
     time_on: dict[str, dict[str, float]] = {}
     for t in kind_of:
         for name in problem.allowed_devices[t]:
-            time_on.setdefault(t, {})[platform.by_name[name].type] = problem.time(t, name)
+            time_on.setdefault(t, {})[kind_of_device[name]] = problem.time(t, name)
     held = {k: 0.0 for k in capacity}
     for t, k in kind_of.items():
         held[k] += graph.by_id[t].memory_bytes
     out = dict(kind_of)
 
+    least: dict[tuple, float] = {}
+
+    def move(u: str, a: str, b: str) -> float:  # the least time u's output takes from kind a to kind b
+        task = graph.by_id[u]
+        key = (task.output_bytes, task.transfer_time, a, b)
+        if key not in least:
+            least[key] = min(platform.transfer_time(task, x, y) for x in devices_of[a] for y in devices_of[b])
+        return least[key]
+
     def target(t: str, k: str) -> tuple[float, str]:  # time lost per byte moving t off k, and where to
         need = graph.by_id[t].memory_bytes
-        room = [(time_on[t][j] - time_on[t][k], j) for j in time_on[t] if j != k and held[j] + need <= capacity[j]]
+        room = [(time_on[t][j] - time_on[t][k] + sum(move(u, k, j) for u in graph.predecessors[t]) + move(t, j, k), j)
+                for j in time_on[t] if j != k and held[j] + need <= capacity[j]]
         lost, j = min(room, default=(float("inf"), k))
         return lost / need, j
 
