@@ -112,6 +112,22 @@ def test_a_series_point_on_a_host_cpu_does_not_carry_a_tensor_to_the_other_serve
     assert plan.objective == pytest.approx(5.5) and plan.status == "optimal"
 
 
+def test_parallel_branches_on_two_devices_of_a_kind_pay_the_transfers_between_them():
+    # s -> (a, b) -> j on a server of two GPUs (1, 2, 2, 1 s) and a host CPU that holds one task; a byte takes
+    # 1 s per hop, 2 s from GPU to GPU. One kind of two devices let a and b run side by side for free (4);
+    # the kind is one device and the others within a segment, so b beside a pays its tensor there and back
+    # (1 + 2 + 2 + 2 + 1 = 8) and one GPU for all is best: 6, the optimum
+    times = {t: ({"gpu": p, "cpu": 10.0 * p}, 1.0) for t, p in {"s": 1.0, "a": 2.0, "b": 2.0, "j": 1.0}.items()}
+    g = graph(times, [("s", "a"), ("s", "b"), ("a", "j"), ("b", "j")], **{t: {"memory_bytes": 1.0} for t in times})
+    link = Link(1.0, 0.0)
+    platform = Platform((Device("cpu", "cpu", 1.0, "A", True), Device("g0", "gpu", 100.0, "A", False, link),
+                         Device("g1", "gpu", 100.0, "A", False, link)), "two GPUs")
+    p = Problem(g, platform, Objective())
+    assert memory_segments_bound(p) == pytest.approx(6, rel=1e-5)
+    plan = diviml.solve(p, "exact", time_limit=10)
+    assert plan.objective == pytest.approx(6) and plan.status == "optimal"
+
+
 def test_it_says_nothing_where_memory_does_not_bind_or_the_objective_is_not_latency():
     g = graph({t: ({"x": 3, "y": 1}, 0.0) for t in "ab"}, [("a", "b")], a={"memory_bytes": 10.0})
     assert memory_segments_bound(Problem(g, _platform(100.0), Objective())) == 0.0

@@ -7,9 +7,11 @@ within the window from the previous series point's finish to its own, so a plan'
 of the windows, each at least the segment's longest path and its work on each kind of device spread over
 that kind's devices. A kind is a device type on one group of alike servers (its devices pool their memory;
 :func:`._lp.server_kinds`), so that a series point on a host CPU is on the CPU of some server, not on every
-server at once. With whole tasks on kinds and transfers priced between kinds at their cheapest route over
-devices (a tensor between two servers' GPUs pays the network, through a host CPU or not), the bound is the
-least such sum whose placement holds every kind's memory. Relaxing memory with prices ``pi`` per byte and kind
+server at once. Within a segment, a kind of several accelerators is two: the device of the series point
+entering it (or any one) and the others (:func:`._series.segment_kinds`), so that parallel branches spread over
+a kind's devices pay a transfer between two of them. With whole tasks on these kinds and transfers priced
+between kinds at their cheapest route over devices (a tensor between two servers' GPUs pays the network,
+through a host CPU or not), the bound is the least such sum whose placement holds every kind's memory. Relaxing memory with prices ``pi`` per byte and kind
 (Lagrange) splits it into a dynamic program over the segments (:mod:`._series` finds them), the state being
 the kind that runs the series point; each segment's cheapest placement for a given entry and exit kind is a
 small MILP (HiGHS; the pair of kinds at each edge in its exact LP hull) or, where it has few placements, the
@@ -19,9 +21,9 @@ so the best one found before the deadline is kept.
 
 Against the memory path LP (fractional tasks, free transfers) it gains where parallel branches let fractions
 of many tasks hide their slow share, where memory pushes layers across servers, and where a kind has few
-devices: GPT-3's prefill 21.13 s -> 23.29 s on six-servers (22.35 s with one kind per device type and
-routes closed over kinds), 42.77 -> 48.61 s on a100-ib-2x8, 36.03 -> 44.57 s on h100-nvlink-8 (0.3-2.5 s
-each on the 2-core machine).
+devices: GPT-3's prefill 21.13 s -> 23.54 s on six-servers (22.35 s with one kind per device type, routes
+closed over kinds and a kind's devices free to share a segment; 23.29 s without the last), 42.77 -> 48.64 s on
+a100-ib-2x8, 36.03 -> 44.57 s on h100-nvlink-8 (14, 0.6 and 0.6 s on the 2-core machine).
 """
 
 from __future__ import annotations
@@ -33,12 +35,12 @@ from time import perf_counter
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
-from scipy.sparse import lil_matrix
+from scipy.sparse import csr_matrix
 
 from ..native import native_stdout_to_stderr
 from ..problem import Problem
 from ._lp import _tolerated, _unit, server_kinds
-from ._series import MAX_TASKS, Segment, segments_of
+from ._series import MAX_TASKS, Segment, base_kind, segment_kinds, segments_of
 from ._simple import _unit_costs
 
 __all__ = ["Relaxation", "memory_segments_bound", "memory_segments_relaxation"]
@@ -80,7 +82,7 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     index = [shapes.setdefault(s, len(shapes)) for s in segments]  # a model's repeated layers: one shape
     best = -math.inf
     prices = {k: 0.0 for k in kinds}
-    counts = {k: len(devices_of[k]) for k in kinds}
+    counts = segment_kinds(problem, devices_of)  # the kinds' devices, one and the others apart
     columns = [_column(segments, choice, counts) for choice in _uniform_choices(segments, kinds)]
     master = _master([c for c in columns if c is not None], capacity, kinds)
     if master is not None:  # the first prices from every task on one kind (prices of 0 prove the critical path)
@@ -137,8 +139,8 @@ def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_:
     for i, item in enumerate(segment):
         for k, _ in item.times:
             j = col["x", i, k]
-            cost[j], upper[j], integral[j] = prices.get(k, 0.0) * item.memory, 1.0, 1
-            if exit_ is not None and i == len(segment) - 1 and k != exit_:
+            cost[j], upper[j], integral[j] = prices.get(base_kind(k), 0.0) * item.memory, 1.0, 1
+            if exit_ is not None and i == len(segment) - 1 and base_kind(k) != exit_:
                 upper[j] = 0.0
     rows = _path_rows(segment, col, entry)
     for k, n in counts.items():  # the segment's work on a kind, spread over its devices, fits in its window
@@ -146,12 +148,11 @@ def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_:
                       col["C"]: -1.0}, -np.inf, 0.0))
     for i, item in enumerate(segment):
         rows.append(({col["x", i, k]: 1.0 for k, _ in item.times}, 1.0, 1.0))
-    a = lil_matrix((len(rows), len(col)))
-    for r, (row, _, _) in enumerate(rows):
-        for j, v in row.items():
-            a[r, j] = v
+    entries = [(r, j, v) for r, (row, _, _) in enumerate(rows) for j, v in row.items()]
+    r_, j_, v_ = zip(*entries)
+    a = csr_matrix((v_, (r_, j_)), shape=(len(rows), len(col)))
     with native_stdout_to_stderr():  # HiGHS prints a line to stdout when it mends a presolved solution
-        res = milp(cost, constraints=LinearConstraint(a.tocsr(), [low for _, low, _ in rows],
+        res = milp(cost, constraints=LinearConstraint(a, [low for _, low, _ in rows],
                                                       [high for _, _, high in rows]),
                    integrality=integral, bounds=Bounds(np.zeros(len(col)), upper),
                    options={"time_limit": max(0.01, min(PRICE_LIMIT_S, stop - perf_counter())), "mip_rel_gap": 0.0,
@@ -196,11 +197,11 @@ def _enumerate(segment: Segment, prices: dict[str, float], entry: str | None, ex
     """:func:`_price` by trying every placement."""
     options = [[k for k, _ in item.times] for item in segment]
     if exit_ is not None:
-        options[-1] = [k for k in options[-1] if k == exit_]
+        options[-1] = [k for k in options[-1] if base_kind(k) == exit_]
     best: tuple[float, tuple[str, ...] | None] = (math.inf, None)
     for choice in itertools.product(*options):
         value = _longest(segment, choice, entry, counts)
-        value += sum(prices.get(k, 0.0) * item.memory for item, k in zip(segment, choice))
+        value += sum(prices.get(base_kind(k), 0.0) * item.memory for item, k in zip(segment, choice))
         if value < best[0]:
             best = (value, choice)
     return best
@@ -215,7 +216,7 @@ def _walk(segments: list[Segment], index: list[int], closed: bool, counts: dict[
     best: dict[str | None, tuple[float, list]] = {None: (0.0, [])}
     for n, segment in enumerate(segments):
         sees_entry = any(item.entry for item in segment)
-        exits: list[str | None] = list(counts) if closed or n < len(segments) - 1 else [None]
+        exits: list[str | None] = [k for k in counts if base_kind(k) == k] if closed or n < len(segments) - 1 else [None]
         following: dict[str | None, tuple[float, list]] = {}
         for exit_ in exits:
             for entry, (value, path) in best.items():
@@ -257,9 +258,9 @@ def _column(segments: list[Segment], choices: list[tuple[str, ...] | None], coun
             return None
         total += _longest(segment, choice, entry, counts)
         for item, k in zip(segment, choice):
-            memory[k] = memory.get(k, 0.0) + item.memory
-        entry = choice[-1]
-        kinds.append(choice)
+            memory[base_kind(k)] = memory.get(base_kind(k), 0.0) + item.memory
+        entry = base_kind(choice[-1])
+        kinds.append(tuple(map(base_kind, choice)))
     return total, memory, kinds
 
 

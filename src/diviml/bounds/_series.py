@@ -20,6 +20,28 @@ MAX_SEGMENT = 48  # tasks in one segment's MILP; a graph with a larger segment i
 MAX_TASKS = 20_000  # ancestor sets as bitsets take tasks^2 / 8 bytes: 50 MB here
 
 Costs = tuple[tuple[tuple[str, str], float], ...]  # ((kind from, kind to), least time) for kinds that differ
+OTHERS = "+"  # a kind of several devices is two in a segment: one device (its name) and the others (name + OTHERS)
+
+
+def base_kind(kind: str) -> str:
+    """The kind of device a segment's kind stands for: ``kind`` without :data:`OTHERS`."""
+    return kind[:-len(OTHERS)] if kind.endswith(OTHERS) else kind
+
+
+def segment_kinds(problem: Problem, kinds: dict[str, list[str]]) -> dict[str, int]:
+    """The kinds a segment's tasks run on, with their devices: each kind of one device as it is; a kind of
+    several as one of its devices (its name) and the others (name + :data:`OTHERS`). Within a segment, any
+    plan's devices map onto them: the device of the series point entering it (or any one) is the one, so a
+    tensor between the one and the others pays a transfer between two devices of the kind, and parallel
+    branches cannot spread over a kind's devices for free."""
+    out: dict[str, int] = {}
+    host = {d.name for d in problem.platform.devices if d.is_host}
+    for k, names in kinds.items():
+        if len(names) > 1 and not set(names) <= host:
+            out[k], out[k + OTHERS] = 1, len(names) - 1
+        else:
+            out[k] = len(names)
+    return out
 
 
 @dataclass(frozen=True)
@@ -37,9 +59,9 @@ Segment = tuple[Item, ...]  # in topological order; the last one is the series p
 
 def segments_of(problem: Problem, kinds: dict[str, list[str]],
                 unit: float) -> tuple[list[Segment], list[list[str]], bool] | None:
-    """The graph's segments in order (times scaled by ``unit``, per kind of ``kinds``: kind -> device names),
-    their tasks, and whether the last one ends at a series point; None where a segment holds more than
-    ``MAX_SEGMENT`` tasks."""
+    """The graph's segments in order (times scaled by ``unit``, per segment kind of ``kinds``: kind -> device
+    names; see :func:`segment_kinds`), their tasks, and whether the last one ends at a series point; None where
+    a segment holds more than ``MAX_SEGMENT`` tasks."""
     graph = problem.graph
     order = list(graph.topological_order)
     position = {t: i for i, t in enumerate(order)}
@@ -90,10 +112,11 @@ def _series_points(problem: Problem, order: list[str], position: dict[str, int],
 class _Moves:
     """The least time a task's output takes from a device of one kind to one of another: ``raw`` per pair of
     devices (memoised by what a transfer's time depends on: the output's size and any given time), and
-    ``closed`` per pair of kinds that differ, any route through third devices counted, as a chain of tasks may
-    take it. Routes are closed over devices, not kinds: a GPU's tensor reaches another server's GPU through a
-    host CPU only by paying the network (closed over kinds, the CPU of one server would pass it to another's
-    for free)."""
+    ``closed`` per pair of segment kinds (:func:`segment_kinds`) that differ, any route through third devices
+    counted, as a chain of tasks may take it. Routes are closed over devices, not kinds: a GPU's tensor reaches
+    another server's GPU through a host CPU only by paying the network (closed over kinds, the CPU of one server
+    would pass it to another's for free). Between a kind's one device and its others, the least route between
+    two of its devices."""
 
     def __init__(self, problem: Problem, kinds: dict[str, list[str]]):
         self.problem = problem
@@ -102,7 +125,8 @@ class _Moves:
         self.kind_of = {d: k for k, names in kinds.items() for d in names}
         position = {d: i for i, d in enumerate(self.devices)}
         self.blocks = {k: np.array([position[d] for d in names]) for k, names in kinds.items()}
-        self.pairs = [(a, b) for a in self.kinds for b in self.kinds if a != b]
+        self.slots = list(segment_kinds(problem, kinds))
+        self.pairs = [(a, b) for a in self.slots for b in self.slots if a != b]
         self.memo: dict[tuple, tuple[float, ...]] = {}
         self.closed_memo: dict[tuple[tuple[float, ...], float], Costs] = {}
 
@@ -121,8 +145,14 @@ class _Moves:
             least = np.array(least_raw).reshape(n, n)
             for via in range(n):  # Floyd-Warshall over devices
                 least = np.minimum(least, least[:, via:via + 1] + least[via:via + 1, :])
-            kind_least = {(a, b): float(least[np.ix_(self.blocks[a], self.blocks[b])].min()) for a, b in self.pairs}
-            self.closed_memo[key] = tuple(((a, b), c * unit) for (a, b), c in kind_least.items() if c > 0)
+            between = {(a, b): float(least[np.ix_(self.blocks[a], self.blocks[b])].min())
+                       for a in self.kinds for b in self.kinds if a != b}
+            for k, block in self.blocks.items():  # two devices of one kind
+                if len(block) > 1:
+                    inner = least[np.ix_(block, block)] + np.diag(np.full(len(block), np.inf))
+                    between[k, k] = float(inner.min())
+            costs = ((pair, between[base_kind(pair[0]), base_kind(pair[1])]) for pair in self.pairs)
+            self.closed_memo[key] = tuple((pair, c * unit) for pair, c in costs if c > 0)
         return self.closed_memo[key]
 
 
@@ -167,6 +197,8 @@ def _segment(problem: Problem, run: list[str], previous: str | None, weighted: s
         for d in problem.allowed_devices[t]:
             k = moves.kind_of[d]
             times[k] = min(times.get(k, math.inf), problem.time(t, d) * unit)
+            if k + OTHERS in moves.slots:
+                times[k + OTHERS] = times[k]
         preds = tuple((local[u], moves.closed(feeds[u][t], unit)) for u in run if t in feeds[u])
         entry = moves.closed(feeds[previous][t], unit) if previous and t in feeds[previous] else ()
         items.append(Item(tuple(sorted(times.items())), graph.by_id[t].memory_bytes, preds, entry))
