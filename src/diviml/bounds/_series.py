@@ -4,7 +4,9 @@ A series point is a task that every other task of nonzero time or memory precede
 run of such tasks between two series points, each with its time per kind of device, its memory, and the
 least transfer from its predecessors in the segment and from the previous series point, per pair of kinds
 (tasks of no time and no memory in between are passed through: a move between two kinds costs at least the
-cheapest of the tensors on the way, per pair of kinds).
+cheapest of the tensors on the way, per pair of kinds). The kinds are the segment's own
+(:func:`segment_kinds`): a kind of several accelerators is its one device and its others, so that a tensor
+between two of its devices is not free.
 """
 
 from __future__ import annotations
