@@ -128,6 +128,25 @@ def test_parallel_branches_on_two_devices_of_a_kind_pay_the_transfers_between_th
     assert plan.objective == pytest.approx(6) and plan.status == "optimal"
 
 
+def test_where_the_cpus_must_hold_weights_three_branches_on_two_cpus_take_two_turns():
+    # two alike servers of a host CPU and a GPU (1.5 bytes); s -> (a, b, c) -> j, where a, b and c (10 bytes,
+    # 4 s each on a CPU) must go to the CPUs and s and j (1 s on a GPU) to the GPUs; transfers take 0.01 s.
+    # With the CPUs one kind of two devices, their work (12 s) spread over two was the window: 1 + 6 = 7. Split
+    # into the one and the other, one of them runs two branches, 8 s: 1 + 8 = 9 (the optimum is 10.03: a
+    # window counts the longest path or a device's work, not both)
+    times = {"s": ({"gpu": 1.0, "cpu": 10.0}, 1.0), "j": ({"gpu": 1.0, "cpu": 10.0}, 1.0)}
+    times |= {t: ({"gpu": 1.0, "cpu": 4.0}, 1.0) for t in "abc"}
+    g = graph(times, [("s", t) for t in "abc"] + [(t, "j") for t in "abc"],
+              **{t: {"memory_bytes": 10.0 if t in "abc" else 1.0} for t in times})
+    link = Link(100.0, 0.0)
+    devices = tuple(device for server in "AB" for device in (
+        Device(f"cpu{server}", "cpu", 100.0, server, True), Device(f"g{server}", "gpu", 1.5, server, False, link)))
+    p = Problem(g, Platform(devices, "two servers", network=Link(100.0, 0.0)), Objective())
+    assert memory_segments_bound(p) == pytest.approx(9, rel=1e-5)
+    plan = diviml.solve(p, "exact", time_limit=10)
+    assert plan.objective == pytest.approx(10.03) and plan.status == "optimal"
+
+
 def test_it_says_nothing_where_memory_does_not_bind_or_the_objective_is_not_latency():
     g = graph({t: ({"x": 3, "y": 1}, 0.0) for t in "ab"}, [("a", "b")], a={"memory_bytes": 10.0})
     assert memory_segments_bound(Problem(g, _platform(100.0), Objective())) == 0.0
