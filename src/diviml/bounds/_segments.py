@@ -23,10 +23,10 @@ and every set of prices gives a valid bound, so the best one found before the de
 Against the memory path LP (fractional tasks, free transfers) it gains where parallel branches let fractions
 of many tasks hide their slow share, where memory pushes layers across servers, and where a kind has few
 devices: GPT-3's prefill 21.13 s -> 23.54 s on six-servers (22.35 s with one kind per device type, routes
-closed over kinds and a kind's devices free to share a segment; 23.29 s without the last), 42.77 -> 48.64 s on
-a100-ib-2x8, 36.03 -> 44.57 s on h100-nvlink-8 (14, 0.6 and 0.6 s on the 2-core machine). The price of the
-finer kinds is time: 36 segment MILPs a walk on six-servers where there were 16; GPT-3's decoding step there
-converges in 28 s (8 s before) for no better bound (3.76 s), so within a 30 s solve it stops short of it.
+closed over kinds and a kind's devices free to share a segment; 23.29 s without the last), 42.77 -> 48.89 s on
+a100-ib-2x8, 36.03 -> 44.57 s on h100-nvlink-8 (16, 2 and 0.8 s on the 2-core machine). The price of the
+finer kinds is time: 36 or more segment MILPs a walk on six-servers where there were 16; GPT-3's decoding step
+there converges in 48 s (8 s before) for no better bound (3.76 s), so a 30 s solve stops short of it.
 """
 
 from __future__ import annotations
