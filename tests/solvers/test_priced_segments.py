@@ -10,7 +10,7 @@ from conftest import graph
 import diviml
 from diviml import Objective, Problem
 from diviml.bounds import lower_bound, memory_segments_relaxation
-from diviml.solvers.baselines.priced_segments import _fit, priced_segments_plan
+from diviml.solvers.baselines.priced_segments import _fit, _refilled, priced_segments_plan
 from diviml.solvers.engines.plans import Stopwatch
 from diviml.validate import validate
 
@@ -43,6 +43,16 @@ def test_a_task_moved_off_a_full_kind_pays_the_transfers_it_makes():
     p = Problem(g, _platform(20.05, bandwidth=0.2), Objective())
     moved = _fit(p, {"a": "y", "n": "y", "b": "y"}, {"x": ("slow",), "y": ("fast",)}, 1.0)
     assert moved == {"a": "x", "n": "y", "b": "y"}
+
+
+def test_memory_a_device_has_left_takes_the_tasks_that_save_most_there():
+    # the fast device holds a (10 bytes) and has 15 bytes left; b (10 bytes, 3 s slow / 1 s fast) and c (10
+    # bytes, 5 s / 1 s) wait on the slow one: c saves more per byte and moves; b no longer fits and stays
+    spec = {"a": ({"x": 3, "y": 1}, 1.0), "b": ({"x": 3, "y": 1}, 1.0), "c": ({"x": 5, "y": 1}, 1.0)}
+    g = graph(spec, [("a", "b"), ("b", "c")], **{t: {"memory_bytes": 10.0} for t in spec})
+    p = Problem(g, _platform(25.0), Objective())
+    assert _refilled(p, {"a": "fast", "b": "slow", "c": "slow"}) == ({"a": "fast", "b": "slow", "c": "fast"}, 1)
+    assert _refilled(p, {"a": "fast", "b": "fast", "c": "slow"}) == ({"a": "fast", "b": "fast", "c": "slow"}, 0)
 
 
 def test_nothing_without_the_bounds_placements():
