@@ -53,6 +53,10 @@ def test_memory_a_device_has_left_takes_the_tasks_that_save_most_there():
     p = Problem(g, _platform(25.0), Objective())
     assert _refilled(p, {"a": "fast", "b": "slow", "c": "slow"}) == ({"a": "fast", "b": "slow", "c": "fast"}, 1)
     assert _refilled(p, {"a": "fast", "b": "fast", "c": "slow"}) == ({"a": "fast", "b": "fast", "c": "slow"}, 0)
+    grouped = Problem(graph(spec, [("a", "b"), ("b", "c")], **{t: {"memory_bytes": 10.0, "colocation": "g"}
+                                                               for t in "bc"}, a={"memory_bytes": 10.0}),
+                      _platform(25.0), Objective())
+    assert _refilled(grouped, {"a": "fast", "b": "slow", "c": "slow"})[1] == 0  # c keeps with b
 
 
 def test_nothing_without_the_bounds_placements():

@@ -79,7 +79,8 @@ def _refilled(problem: Problem, placement: Mapping[str, str]) -> tuple[dict[str,
         times = [problem.time(t, d) for d in problem.allowed_devices[t] if d != out[t]]
         return (problem.time(t, out[t]) - min(times, default=problem.time(t, out[t]))) / graph.by_id[t].memory_bytes
 
-    for t in sorted((t for t in out if graph.by_id[t].memory_bytes > 0), key=saving, reverse=True):
+    movable = (t for t in out if graph.by_id[t].memory_bytes > 0 and graph.by_id[t].colocation is None)
+    for t in sorted(movable, key=saving, reverse=True):  # a co-located task stays with its group
         need = graph.by_id[t].memory_bytes
         options = [d for d in problem.allowed_devices[t] if d != out[t] and room[d] >= need
                    and problem.time(t, d) < problem.time(t, out[t])]
