@@ -9,7 +9,7 @@ from conftest import graph
 
 import diviml
 from diviml import Objective, Problem
-from diviml.bounds import lower_bound, memory_segments_relaxation
+from diviml.bounds import Relaxation, lower_bound, memory_segments_relaxation
 from diviml.solvers.baselines.priced_segments import _fit, _refilled, priced_segments_plan
 from diviml.solvers.engines.plans import Stopwatch
 from diviml.validate import validate
@@ -74,3 +74,20 @@ def test_its_plans_are_valid_and_no_better_than_the_bound(seed):
     plan = priced_segments_plan(p, Stopwatch(10))
     if plan is not None:
         assert validate(plan, p).ok and plan.objective >= bound * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("seed", [1, 4, 5, 10])
+def test_it_keeps_the_best_plan_of_the_bounds_last_mixes(seed):
+    # a later mix of the bound's master is not always the better plan (GPT-3 over six-servers: the last gives
+    # 25.44 s, the one before 24.98 s; seeds 4 and 10 here: an earlier mix's plan is 2-3% better), so each is
+    # tried and the best kept
+    p = _random_problem(seed)
+    lower_bound(p)
+    relaxation = memory_segments_relaxation(p)
+    assert relaxation is not None and len(relaxation.mixes) >= 2
+    plan = priced_segments_plan(p, Stopwatch(10))
+    assert plan is not None
+    for mix in relaxation.mixes:
+        p.__dict__["memory_segments"] = Relaxation((mix,), relaxation.kinds)
+        alone = priced_segments_plan(p, Stopwatch(10))
+        assert alone is None or plan.objective <= alone.objective * (1 + 1e-9)

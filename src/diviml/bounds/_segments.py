@@ -51,6 +51,7 @@ __all__ = ["Relaxation", "memory_segments_bound", "memory_segments_relaxation"]
 PRICE_LIMIT_S = 5.0  # at most, per segment MILP (its dual bound counts when it is cut short)
 CONVERGED = 1e-4  # the master's value within this share of the best bound: the prices are good enough
 SMOOTHING = 0.5  # the next prices: this share of the best bound's, the rest the master's (Wentges smoothing)
+MIXES_KEPT = 4  # the last masters' mixes kept for the plan built from them (a later one is not always better)
 ENUMERATED = 256  # a segment with at most this many placements is priced by trying them all (a MILP: 10 ms)
 
 Column = tuple[float, dict[str, float], list[tuple[str, ...]]]  # summed windows, memory per kind, kinds per segment
@@ -58,9 +59,10 @@ Column = tuple[float, dict[str, float], list[tuple[str, ...]]]  # summed windows
 
 @dataclass(frozen=True)
 class Relaxation:
-    """What the bound's last master LP found: its mix of whole placements, each a weight and a kind of device
-    per task of the segments, whose weighted memory fits every kind's; and each kind's devices."""
-    mix: tuple[tuple[float, dict[str, str]], ...]
+    """What the bound's last master LPs found, the last first: each a mix of whole placements, each a weight and
+    a kind of device per task of the segments, whose weighted memory fits every kind's; and each kind's
+    devices."""
+    mixes: tuple[tuple[tuple[float, dict[str, str]], ...], ...]
     kinds: dict[str, tuple[str, ...]]
 
 
@@ -92,6 +94,7 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     if master is not None:  # the first prices from every task on one kind (prices of 0 prove the critical path)
         prices = master[1]
     centre: dict[str, float] | None = None  # the prices of the best bound so far
+    masters = [master] if master is not None else []
     while perf_counter() < stop:
         walk = _walk(segments, index, closed, counts, prices, stop)
         if walk is None or not math.isfinite(walk[0]):
@@ -103,15 +106,17 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
         columns.append(_column(segments, choices, counts))
         before = master[0] if master is not None else math.inf
         master = _master([c for c in columns if c is not None], capacity, kinds)
+        if master is not None:
+            masters.append(master)
         if master is None or master[0] - best <= CONVERGED * abs(master[0]):
             break
         moved = not math.isfinite(before) or master[0] < before - CONVERGED * abs(before)
         share = SMOOTHING if moved and centre is not None else 0.0  # a walk that added nothing: the master's own
         prices = {k: share * (centre or {}).get(k, 0.0) + (1 - share) * master[1][k] for k in kinds}
-    if master is not None:
-        mix = tuple((weight, {t: k for run, kinds_of in zip(runs, column[2]) for t, k in zip(run, kinds_of)})
-                    for weight, column in master[2] if weight > 1e-9)
-        problem.__dict__["memory_segments"] = Relaxation(mix, {k: tuple(devices_of[k]) for k in kinds})
+    if masters:
+        mixes = [tuple((weight, {t: k for run, kinds_of in zip(runs, column[2]) for t, k in zip(run, kinds_of)})
+                       for weight, column in m[2] if weight > 1e-9) for m in masters[::-1][:MIXES_KEPT]]
+        problem.__dict__["memory_segments"] = Relaxation(tuple(mixes), {k: tuple(devices_of[k]) for k in kinds})
     return max(0.0, best) / unit * (1 - 1e-6) if best > -math.inf else 0.0
 
 
