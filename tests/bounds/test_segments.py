@@ -84,14 +84,22 @@ def _two_servers(gpu_memory: float = 10.0) -> Platform:
                     "two servers", network=Link(1.0, 0.0))
 
 
+def _from_one_gpu_to_the_other(between: dict[str, dict[str, float]]) -> Problem:
+    """a (A's GPU only, 10 bytes) -> the tasks of ``between`` (times by type) in a chain -> b (B's GPU only, 10
+    bytes) on :func:`_two_servers`; a and b take 1 s, every output is a byte."""
+    spec = {"a": ({"g1": 1.0, "g2": 1.0, "cpu": 1.0}, 1.0)} | {t: (times, 1.0) for t, times in between.items()}
+    spec["b"] = ({"g1": 1.0, "g2": 1.0, "cpu": 1.0}, 1.0)
+    chain = list(spec)
+    g = graph(spec, list(zip(chain, chain[1:])), a={"memory_bytes": 10.0, "allowed_types": frozenset({"g1"})},
+              b={"memory_bytes": 10.0, "allowed_types": frozenset({"g2"})})
+    return Problem(g, _two_servers(), Objective())
+
+
 def test_a_tensor_between_two_servers_gpus_pays_the_network_even_through_a_host_cpu():
     # a runs only on A's GPU, b only on B's, 1 s each; a's 1-byte output takes 1 s per hop and 1 s over the
     # network. Routes closed over device types went GPU -> a host CPU (A's: 1 s) -> a GPU (B's, from B's CPU:
     # 1 s) and left the network out: 4. Closed over devices, every route pays it: 1 + 3 + 1 = 5, the optimum
-    g = graph({"a": ({"g1": 1.0, "g2": 1.0, "cpu": 1.0}, 1.0), "b": ({"g1": 1.0, "g2": 1.0, "cpu": 1.0}, 1.0)},
-              [("a", "b")], a={"memory_bytes": 10.0, "allowed_types": frozenset({"g1"})},
-              b={"memory_bytes": 10.0, "allowed_types": frozenset({"g2"})})
-    p = Problem(g, _two_servers(), Objective())
+    p = _from_one_gpu_to_the_other({})
     assert memory_segments_bound(p) == pytest.approx(5, rel=1e-5)
     plan = diviml.solve(p, "exact", time_limit=10)
     assert plan.objective == pytest.approx(5) and plan.status == "optimal"
@@ -102,11 +110,7 @@ def test_a_series_point_on_a_host_cpu_does_not_carry_a_tensor_to_the_other_serve
     # CPUs, s on "the CPU" was entered from A's GPU (1 s hop to A's CPU) and left for B's GPU (1 s hop from
     # B's CPU): 1 + 1 + 0.5 + 1 + 1 = 4.5. Each server's CPU is a kind of its own, so s on either pays the
     # network on one side: 5.5, the optimum
-    g = graph({"a": ({"g1": 1.0, "g2": 1.0, "cpu": 1.0}, 1.0), "s": ({"g1": 5.0, "g2": 5.0, "cpu": 0.5}, 1.0),
-               "b": ({"g1": 1.0, "g2": 1.0, "cpu": 1.0}, 1.0)},
-              [("a", "s"), ("s", "b")], a={"memory_bytes": 10.0, "allowed_types": frozenset({"g1"})},
-              b={"memory_bytes": 10.0, "allowed_types": frozenset({"g2"})})
-    p = Problem(g, _two_servers(), Objective())
+    p = _from_one_gpu_to_the_other({"s": {"g1": 5.0, "g2": 5.0, "cpu": 0.5}})
     assert memory_segments_bound(p) == pytest.approx(5.5, rel=1e-5)
     plan = diviml.solve(p, "exact", time_limit=10)
     assert plan.objective == pytest.approx(5.5) and plan.status == "optimal"

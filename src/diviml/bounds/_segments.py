@@ -80,7 +80,8 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     if all(c >= total for c in capacity.values()) or len(problem.graph) > MAX_TASKS:
         return 0.0  # memory keeps nothing off its fastest kind (no price to pay), or too large a graph
     unit = _unit(_unit_costs(problem))
-    chain = segments_of(problem, {k: devices_of[k] for k in kinds}, unit)
+    counts = segment_kinds(problem, devices_of)  # the kinds' devices, one and the others apart
+    chain = segments_of(problem, {k: devices_of[k] for k in kinds}, counts, unit)
     if chain is None:
         return 0.0
     segments, runs, closed = chain
@@ -88,7 +89,6 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     index = [shapes.setdefault(s, len(shapes)) for s in segments]  # a model's repeated layers: one shape
     best = -math.inf
     prices = {k: 0.0 for k in kinds}
-    counts = segment_kinds(problem, devices_of)  # the kinds' devices, one and the others apart
     columns = [_column(segments, choice, counts) for choice in _uniform_choices(segments, kinds)]
     master = _master([c for c in columns if c is not None], capacity, kinds)
     if master is not None:  # the first prices from every task on one kind (prices of 0 prove the critical path)

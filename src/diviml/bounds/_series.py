@@ -65,11 +65,11 @@ class Item:
 Segment = tuple[Item, ...]  # in topological order; the last one is the series point closing it (if any)
 
 
-def segments_of(problem: Problem, kinds: dict[str, list[str]],
+def segments_of(problem: Problem, kinds: dict[str, list[str]], slots: dict[str, int],
                 unit: float) -> tuple[list[Segment], list[list[str]], bool] | None:
-    """The graph's segments in order (times scaled by ``unit``, per segment kind of ``kinds``: kind -> device
-    names; see :func:`segment_kinds`), their tasks, and whether the last one ends at a series point; None where
-    a segment holds more than ``MAX_SEGMENT`` tasks."""
+    """The graph's segments in order (times scaled by ``unit``, per segment kind of ``slots``, those of
+    :func:`segment_kinds` for ``kinds``: kind -> device names), their tasks, and whether the last one ends at a
+    series point; None where a segment holds more than ``MAX_SEGMENT`` tasks."""
     graph = problem.graph
     order = list(graph.topological_order)
     position = {t: i for i, t in enumerate(order)}
@@ -84,7 +84,7 @@ def segments_of(problem: Problem, kinds: dict[str, list[str]],
     runs = [run for run in runs if run]
     if not runs or any(len(run) > MAX_SEGMENT for run in runs):
         return None
-    moves, stops = _Moves(problem, kinds), set(weighted)
+    moves, stops = _Moves(problem, kinds, slots), set(weighted)
     segments, previous = [], None
     for run in runs:
         segments.append(_segment(problem, run, previous, stops, moves, unit))
@@ -126,14 +126,14 @@ class _Moves:
     would pass it to another's for free). Between a kind's one device and its others, the least route between
     two of its devices."""
 
-    def __init__(self, problem: Problem, kinds: dict[str, list[str]]):
+    def __init__(self, problem: Problem, kinds: dict[str, list[str]], slots: dict[str, int]):
         self.problem = problem
         self.devices = [d for names in kinds.values() for d in names]
         self.kinds = list(kinds)
         self.kind_of = {d: k for k, names in kinds.items() for d in names}
         position = {d: i for i, d in enumerate(self.devices)}
         self.blocks = {k: np.array([position[d] for d in names]) for k, names in kinds.items()}
-        self.slots = list(segment_kinds(problem, kinds))
+        self.slots = list(slots)
         self.pairs = [(a, b) for a in self.slots for b in self.slots if a != b]
         self.memo: dict[tuple, tuple[float, ...]] = {}
         self.closed_memo: dict[tuple[tuple[float, ...], float], Costs] = {}
