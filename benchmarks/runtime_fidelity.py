@@ -1,19 +1,24 @@
-"""Benchmark: plans run on this machine's CPU workers, measured beside what they predicted.
+"""Benchmark: plans run on this machine's devices (CPU workers, or the CPU and a GPU), measured beside what
+they predicted.
 
-For each model and platform: profile with the platform's thread count, schedule with split (latency),
-run the plan (outputs checked every run), write the measured times and hand-offs back (--calibrate-out,
---calibrate-platform-out), schedule again on the calibrated graph and platform and run that plan; run the best single worker's plan the same way. Every step is
-the CLI a user runs (`diviml profile / schedule / run --json`), `cpu-ranks-2` as two gloo ranks
-(`--nproc 2`). Prints a table and writes benchmarks/results/runtime_fidelity.md.
+For each model and platform: profile with the platform's thread count (on a platform with a GPU, on the CPU
+and the GPU: --device cpu,cuda), schedule with split (latency, or --objective batch), run the plan (outputs
+checked every run), write the measured times and hand-offs back (--calibrate-out, --calibrate-platform-out),
+schedule again on the calibrated graph and platform and run that plan; run the best single device's plan the
+same way. Every step is the CLI a user runs (`diviml profile / schedule / run --json`), `cpu-ranks-2` as two
+gloo ranks (`--nproc 2`). Prints a table and writes benchmarks/results/runtime_fidelity.md (or --out).
 
 Columns: predicted and measured latency (ms, median of the timed runs) of the split plan before and after
-calibration, their ratio, whether outputs matched on every run, the best single worker's plan measured,
+calibration, their ratio, whether outputs matched on every run, the best single device's plan measured,
 and the measured speed-up of the calibrated split plan over it. --overhead measures the runtime's cost per
 piece instead (a piece per task against one piece, one worker).
 
     python benchmarks/runtime_fidelity.py                       # the table
     python benchmarks/runtime_fidelity.py --link                # gloo send/recv cost between two ranks here
     python benchmarks/runtime_fidelity.py --overhead            # the runtime's cost per piece
+    # on a machine with an H100 (benchmarks/gpu_session.sh runs these on a lent one)
+    python benchmarks/runtime_fidelity.py --cuda-link --platform-out cpu-h100-measured.yaml
+    python benchmarks/runtime_fidelity.py --platforms cpu-h100-measured.yaml --out results/runtime_fidelity_h100.md
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 OUT = Path(__file__).parent / "results" / "runtime_fidelity.md"
 LINK_OUT = Path(__file__).parent / "results" / "runtime_link_gloo.md"
 OVERHEAD_OUT = Path(__file__).parent / "results" / "runtime_overhead.md"
+CUDA_LINK_OUT = Path(__file__).parent / "results" / "runtime_link_cuda.md"
 MODELS = ["googlenet", "inception_v3", "randwire-ws-s0", "resnet50", "gpt2-small"]
 PLATFORMS = [("cpu-workers-2", 1), ("cpu-ranks-2", 2)]
 
@@ -42,26 +49,50 @@ def diviml(*args) -> dict:
     return json.loads(r.stdout)
 
 
-def row(model: str, platform: str, nproc: int, work: Path, repeats: int, min_time: float) -> dict:
-    g = work / f"{model}-{platform}.json"
-    diviml("profile", model, "--platform", platform, "--out", g, "--min-time", min_time)
-    run_args = ["--platform", platform, "--repeats", repeats] + (["--nproc", nproc] if nproc > 1 else [])
-    out = {"model": model, "platform": platform + (f" ({nproc} ranks)" if nproc > 1 else "")}
+@dataclass(frozen=True)
+class Case:
+    """What one row runs: the platform (preset or file), its ranks, the objective and its batch, the solve."""
+    platform: str
+    nproc: int = 1
+    objective: str = "latency"
+    batch: int = 1
+    time_limit: float = 120.0
+
+    @property
+    def label(self) -> str:
+        name = Path(self.platform).stem if self.platform.endswith((".yaml", ".yml", ".json")) else self.platform
+        return name + (f" ({self.nproc} ranks)" if self.nproc > 1 else "") + (
+            f", batch {self.batch}" if self.objective == "batch" else "")
+
+
+def row(model: str, case: Case, work: Path, repeats: int, min_time: float) -> dict:
+    from diviml.platform import Platform
+    tag = f"{model}-{abs(hash(case))}"
+    g = work / f"{tag}.json"
+    on_gpu = not all(d.is_host for d in Platform.load(case.platform).devices)
+    batches = ",".join(str(b) for b in (1, 2, 4, 8, 16, 32) if b <= case.batch) if case.objective == "batch" else "1"
+    diviml("profile", model, "--platform", case.platform, "--out", g, "--min-time", min_time, "--batch", batches,
+           *(["--device", "cpu,cuda"] if on_gpu else []))
+    run_args = ["--platform", case.platform, "--repeats", repeats] + (["--nproc", case.nproc] if case.nproc > 1 else [])
+    solve = ["--objective", case.objective, "--time-limit", case.time_limit] + (
+        ["--batch", case.batch] if case.objective == "batch" else [])
+    out = {"model": model, "platform": case.label}
     plans = {}
     for name, graph, solver in (("single", g, "best-device"), ("split", g, "split")):
-        plans[name] = work / f"{model}-{platform}-{name}.json"
-        diviml("schedule", graph, "--platform", platform, "--solver", solver, "--out", plans[name],
-               "--time-limit", 120)
+        plans[name] = work / f"{tag}-{name}.json"
+        diviml("schedule", graph, "--platform", case.platform, "--solver", solver, "--out", plans[name], *solve)
     single = diviml("run", model, plans["single"], "--graph", g, *run_args)
-    calibrated = work / f"{model}-{platform}-calibrated.json"
-    measured_platform = work / f"{model}-{platform}-calibrated.yaml"
+    calibrated = work / f"{tag}-calibrated.json"
+    measured_platform = work / f"{tag}-calibrated.yaml"
     before = diviml("run", model, plans["split"], "--graph", g, "--calibrate-out", calibrated,
                     "--calibrate-platform-out", measured_platform, *run_args)
-    plans["after"] = work / f"{model}-{platform}-after.json"
+    plans["after"] = work / f"{tag}-after.json"
     diviml("schedule", calibrated, "--platform", measured_platform, "--solver", "split", "--out", plans["after"],
-           "--time-limit", 120)
+           *solve)
     run_args[1] = measured_platform
     after = diviml("run", model, plans["after"], "--graph", calibrated, *run_args)
+    out.update(single_device=sorted({a["device"] for a in json.loads(plans["single"].read_text())["assignments"]}),
+               max_error=max(before["max_abs_error"], after["max_abs_error"]))
     out.update(predicted=before["predicted_s"], measured=before["measured_s"], ratio=before["ratio"],
                predicted_after=after["predicted_s"], measured_after=after["measured_s"], ratio_after=after["ratio"],
                match=before["outputs_match"] and after["outputs_match"] and single["outputs_match"],
@@ -70,24 +101,78 @@ def row(model: str, platform: str, nproc: int, work: Path, repeats: int, min_tim
     return out
 
 
-def table(rows: list[dict], command: str) -> str:
+def table(rows: list[dict], command: str, machine: str) -> str:
     lines = [
         "# Plans run on this machine: measured beside predicted", "",
-        f"Command: `{command}`; machine: 2 cores, shared; latency in ms, median of the timed runs. 'before': "
-        "the split plan on the profiled graph; 'after': split again on the graph calibrated by that run, and run. "
-        "'single': the best single worker's plan, run. Speed-up: single / after, both measured. The runtime's "
-        "cost per piece: results/runtime_overhead.md.", "",
+        f"Command: `{command}`; machine: {machine}; latency of one request (a batch for 'batch N' rows) in ms, "
+        "median of the timed runs. 'before': the split plan on the profiled graph; 'after': split again on the "
+        "graph calibrated by that run, and run. 'single': the best single device's plan (best-device), run. "
+        "Speed-up: single / after, both measured. Error: the largest absolute difference from the unsplit "
+        "module's outputs (CPU) over every run. The runtime's cost per piece: results/runtime_overhead.md.", "",
         "| model | platform | predicted | measured | ratio | predicted after | measured after | ratio after | "
-        "outputs match | single measured | speed-up | pieces |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "outputs match | error | single device | single measured | speed-up | pieces |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['platform']} | {r['error'][:120]} |" + " |" * 10)
+            lines.append(f"| {r['model']} | {r['platform']} | {r['error'][:160]} |" + " |" * 12)
             continue
         lines.append(f"| {r['model']} | {r['platform']} | {r['predicted'] * 1e3:.2f} | {r['measured'] * 1e3:.2f} | "
                      f"{r['ratio']:.3f} | {r['predicted_after'] * 1e3:.2f} | {r['measured_after'] * 1e3:.2f} | "
-                     f"{r['ratio_after']:.3f} | {'yes' if r['match'] else 'NO'} | {r['single'] * 1e3:.2f} | "
-                     f"{r['speedup']:.3f} | {r['pieces']} |")
+                     f"{r['ratio_after']:.3f} | {'yes' if r['match'] else 'NO'} | {r['max_error']:.2g} | "
+                     f"{', '.join(r['single_device'])} | {r['single'] * 1e3:.2f} | {r['speedup']:.3f} | "
+                     f"{r['pieces']} |")
+    return "\n".join(lines) + "\n"
+
+
+def cuda_link(platform_out: Path | None) -> str:
+    """Host <-> GPU copy time as the runtime copies (pageable host memory; to the GPU ``non_blocking`` on a
+    stream of its own, then synchronised; back to the host blocking), one way, medians of 30 after a warm-up;
+    a link fitted to them, and, with ``platform_out``, the cpu-h100 preset with that link written there."""
+    import torch
+    import yaml
+
+    from diviml.platform import preset
+    gpu = torch.device("cuda")
+    stream = torch.cuda.Stream(gpu)
+    points = []
+    for n in [4, 1024, 16384, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20]:
+        host = torch.rand(max(1, n // 4))
+        on_gpu = host.to(gpu)
+        samples: dict[str, list[float]] = {"to": [], "from": []}
+        for i in range(35):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.cuda.stream(stream):
+                host.to(gpu, non_blocking=True)
+            stream.synchronize()
+            t1 = time.perf_counter()
+            on_gpu.to("cpu")
+            t2 = time.perf_counter()
+            if i >= 5:
+                samples["to"].append(t1 - t0)
+                samples["from"].append(t2 - t1)
+        points.append((n, statistics.median(samples["to"]), statistics.median(samples["from"])))
+    # the slope between 1 and 16 MiB, the sizes of these models' tensors (64 MiB back to the host also
+    # faults in fresh pageable pages: its time is shown, not fitted)
+    (n0, a0, b0), (n1, a1, b1) = (next(p for p in points if p[0] == n) for n in (1 << 20, 16 << 20))
+    bandwidth = 2 * (n1 - n0) / ((a1 - a0) + (b1 - b0))
+    latency = statistics.median([t for n, a, b in points if n <= 16384 for t in (a, b)])
+    lines = ["# Host <-> GPU copies as the runtime makes them (one-way, median of 30)", "",
+             "Command: `python benchmarks/runtime_fidelity.py --cuda-link`; device: "
+             f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}.", "",
+             "| bytes | to the GPU (us) | to the host (us) |", "|---|---|---|"]
+    lines += [f"| {n} | {a * 1e6:.1f} | {b * 1e6:.1f} |" for n, a, b in points]
+    lines += ["", f"Fit for the GPU's link: latency {latency * 1e6:.1f} us (median up to 16 KiB, both ways), "
+              f"bandwidth {bandwidth / 1e9:.2f} GB/s (between 1 and 16 MiB, both ways)."]
+    if platform_out is not None:
+        data = preset("cpu-h100").to_dict()
+        for d in data["devices"]:
+            if "link" in d:
+                d["link"] = {"bandwidth": float(f"{bandwidth:.3g}"), "latency": float(f"{latency:.3g}")}
+        data.setdefault("sources", {})["h100 link"] = (
+            f"measured by 'python benchmarks/runtime_fidelity.py --cuda-link' on {torch.cuda.get_device_name(0)}: "
+            "pageable copies as the runtime makes them")
+        platform_out.write_text(yaml.safe_dump(data, sort_keys=False))
     return "\n".join(lines) + "\n"
 
 
@@ -189,10 +274,17 @@ def overhead(models: list[str], runs: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=MODELS)
-    parser.add_argument("--platforms", nargs="+", default=[p for p, _ in PLATFORMS])
+    parser.add_argument("--platforms", nargs="+", default=[p for p, _ in PLATFORMS],
+                        help="presets or platform files; a platform with a GPU is profiled with --device cpu,cuda")
+    parser.add_argument("--objective", choices=("latency", "batch"), default="latency")
+    parser.add_argument("--batch", type=int, default=8, help="requests per batch for --objective batch")
+    parser.add_argument("--time-limit", type=float, default=120.0, help="seconds per solve")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--min-time", type=float, default=2.0, help="profiling seconds per model")
+    parser.add_argument("--machine", default="2 cores, shared", help="what the table says it ran on")
     parser.add_argument("--link", action="store_true", help="measure gloo's send/recv cost instead")
+    parser.add_argument("--cuda-link", action="store_true", help="measure host <-> GPU copies instead")
+    parser.add_argument("--platform-out", type=Path, help="--cuda-link: write cpu-h100 with the measured link here")
     parser.add_argument("--overhead", action="store_true", help="measure the runtime's cost per piece instead")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -200,24 +292,32 @@ def main() -> None:
     if args.link:
         text = link()
         target = args.out or LINK_OUT
+    elif args.cuda_link:
+        text = cuda_link(args.platform_out)
+        target = args.out or CUDA_LINK_OUT
     elif args.overhead:
         models = list(dict.fromkeys(args.models + ["gpt-tiny"] if args.models == MODELS else args.models))
         text = overhead(models, max(args.repeats, 30))
         target = args.out or OVERHEAD_OUT
     else:
-        rows = []
+        rows: list[dict] = []
         nprocs = dict(PLATFORMS)
+        target = args.out or OUT
+        target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as d:
             for model in args.models:
                 for platform in args.platforms:
+                    case = Case(platform, nprocs.get(platform, 1), args.objective,
+                                args.batch if args.objective == "batch" else 1, args.time_limit)
                     t0 = time.perf_counter()
                     try:
-                        rows.append(row(model, platform, nprocs.get(platform, 1), Path(d), args.repeats, args.min_time))
-                    except RuntimeError as exc:
-                        rows.append({"model": model, "platform": platform, "error": str(exc)})
-                    print(f"{model} on {platform}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-        text = table(rows, command)
-        target = args.out or OUT
+                        rows.append(row(model, case, Path(d), args.repeats, args.min_time))
+                    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                        rows.append({"model": model, "platform": case.label, "error": str(exc)})
+                        print(f"{model} on {case.label} failed: {exc}", file=sys.stderr)
+                    print(f"{model} on {case.label}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+                    target.write_text(table(rows, command, args.machine))  # each row kept as it comes
+        text = table(rows, command, args.machine)
     print(text)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text)

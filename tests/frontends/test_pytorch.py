@@ -173,6 +173,17 @@ def test_measuring_on_an_unknown_or_absent_device_is_a_clear_error():
     assert ("no CUDA device" if not torch.cuda.is_available() else "no cuda:7") in r.stderr
 
 
+def test_turning_tf32_off_for_a_gpu_run_leaves_torch_export_capturing():
+    """Profiles and runs on a GPU turn TF32 off; torch.export must still capture afterwards (with torch's newer
+    per-backend settings it failed, every capture fell back to torch.fx, and a graph profiled before no longer
+    matched the program a run captured)."""
+    from diviml.frontends._torch import float32_in_full
+    float32_in_full(torch)
+    spec = zoo.get("gpt-tiny")
+    assert capture(spec.build(), spec.inputs(1)).method == "export"
+    assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+
+
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none on this machine)")
 
 

@@ -146,6 +146,40 @@ def test_a_piece_per_task_when_asked_and_the_program_still_matches():
     assert torch.allclose(results[program.results[0]], torch.utils._pytree.tree_leaves(expected)[0], atol=1e-6)
 
 
+def test_a_torch_fx_capture_whose_weights_are_attributes_runs_split_over_two_workers():
+    """torch.fx (the fallback where torch.export fails) keeps weights in the module: a piece reads them off its
+    own module (get_attr, call_module), and no worker waits for them as for another device's value."""
+    import torch
+
+    from diviml.frontends.pytorch._capture import task_of_nodes, traced
+    from diviml.runtime._execute import Executor
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.offset = torch.nn.Parameter(torch.randn(8))
+            self.left, self.right = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = x + self.offset
+            return self.left(y) * self.right(y) + self.offset
+
+    torch.manual_seed(0)
+    captured = traced(Model(), (torch.randn(2, 8),))
+    tasks = list(dict.fromkeys(task_of_nodes(captured).values()))
+    order = {"worker0": [t for t in tasks if t != "right"], "worker1": ["right"]}
+    program = cut(captured, order)
+    executor = Executor(program, {d: torch.device("cpu") for d in order}, {d: 1 for d in order}, {},
+                        {v: captured.args[0] for v in program.inputs})
+    try:
+        results, _, _ = executor.run()
+    finally:
+        executor.close()
+    with torch.no_grad():
+        expected = captured.gm(*captured.args)
+    assert len(program.pieces["worker0"]) == 3 and torch.allclose(results[program.results[0]], expected)
+
+
 def test_a_link_is_fitted_from_hand_offs_of_several_sizes_and_a_latency_from_one_size():
     from diviml.runtime import Handoff
     from diviml.runtime._calibrate import NO_COPY_BANDWIDTH, fitted_links

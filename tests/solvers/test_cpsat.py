@@ -52,6 +52,15 @@ def test_deadlines_bind_each_job_and_a_first_schedule_meeting_them_is_enough(see
         assert out.start[j] * tick + jobs.duration(j, out.device_of[j]) <= ends[j] + 2 * tick
 
 
+def test_a_model_with_no_time_left_to_build_says_so_and_used_no_work():
+    """split's workers subtract a solve's work from their budget: a model not built in time (its module's
+    deadline passed, as on a 16-core machine with a batch of 8) ran none, and says it."""
+    jobs, upper, _ = _jobs_and_optimum(0)
+    out = solve_jobs(jobs, upper=upper, time_limit=0.0, workers=1, cutoff=upper, first_only=True)
+    assert out.status == "unknown" and out.device_of is None
+    assert out.stats["work"] == 0.0 and "longer to build" in out.stats["note"]
+
+
 def test_a_work_limit_stops_one_worker_at_the_same_point_with_the_same_answer_however_loaded_the_machine():
     p = Problem(layered_dag(60, seed=1), diviml.preset("paper-server"))
     jobs = JobGraph.whole(p)

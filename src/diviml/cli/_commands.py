@@ -203,13 +203,17 @@ def cmd_profile(args) -> dict:
                                  f"have {next(iter(counts))} thread(s): drop one of them")
             threads = next(iter(counts))
     threads = 1 if threads is None else threads
-    device = None if args.device == "none" else args.device
+    device, *also_on = _measured_devices(args.device)
     measured = measured_device_type(device)
+    types = [measured, *(measured_device_type(d) for d in also_on)]
+    if len(set(types)) < len(types):
+        raise InputError(f"--device {args.device}: two of these record times under one device type ({types}): "
+                         "name each device once")
     progress = None if args.quiet else _progress
     graph = profile(source.build, source.inputs, name=source.name, batches=batches, measured_type=measured,
-                    analytic_types=[t for t in CATALOGUE if t != measured], repeats=args.repeats, threads=threads,
+                    analytic_types=[t for t in CATALOGUE if t not in types], repeats=args.repeats, threads=threads,
                     min_time_s=args.min_time, progress=progress, device=device or "cpu",
-                    fold_constants=not args.no_fold)
+                    fold_constants=not args.no_fold, also_on=also_on)
     if args.out:
         graph.save(args.out)
     times = {dt: sum(t.time.get(dt, 0.0) for t in graph.tasks) for dt in sorted(graph.device_types)}
@@ -221,6 +225,18 @@ def cmd_profile(args) -> dict:
     return {"calibration": calibration, "model": source.name, "threads": threads, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
             "flops": sum(t.flops or 0.0 for t in graph.tasks), "memory_bytes": sum(t.memory_bytes for t in graph.tasks),
             "total_time_s": times, "measured": measured, "written": [args.out] if args.out else []}
+
+
+def _measured_devices(text: str) -> list:
+    """--device: "none" (analytic only), or torch devices to measure on, comma-separated, the first the one the
+    program is captured on ("cpu,cuda": this CPU and the GPU, each under its own device type)."""
+    names = [d.strip() for d in text.split(",")]
+    if names == ["none"]:
+        return [None]
+    if "none" in names or "" in names or len(set(names)) < len(names):
+        raise InputError(f"--device {text!r}: give none alone, or devices to measure on like cpu or cpu,cuda, "
+                         "each once")
+    return names
 
 
 def _phase_source(args, batches: list[int]):

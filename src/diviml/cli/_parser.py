@@ -136,7 +136,9 @@ def _add_profile(sub) -> None:
     pr.add_argument("--batch", default="1", help="batch sizes, comma-separated; the first is the graph's (default 1)")
     pr.add_argument("--device", default="cpu",
                     help="where to measure: cpu, cuda or cuda:N (times recorded under the catalogue's name for "
-                         "that GPU, e.g. h100-sxm), or none (analytic costs only, weights never allocated)")
+                         "that GPU, e.g. h100-sxm), several comma-separated (cpu,cuda: the program captured once, "
+                         "measured on each, for plans over this CPU and GPU), or none (analytic costs only, weights "
+                         "never allocated)")
     pr.add_argument("--repeats", type=int, default=5, help="timed runs per operator at least (median kept)")
     pr.add_argument("--min-time", type=float, default=MIN_TIMING_S,
                     help=f"seconds of timing per batch size at least, passes spread over them (default {MIN_TIMING_S:g})")

@@ -11,6 +11,7 @@ wait on events, never poll in the normal path; a failing worker stops the others
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from dataclasses import dataclass
@@ -58,6 +59,17 @@ class Executor:
             d = program.producer[v]
             if d in self.local:
                 self.base[v, str(torch_device[d])] = _to(torch, inputs[v], torch_device[d])
+        # a piece's own weights (a torch.fx capture keeps them in its modules) on the piece's device: a copy of
+        # the piece there, so the captured module and the pieces of other devices keep theirs
+        self.calls = {}
+        for d in self.local:
+            for p in program.pieces[d]:
+                module = p.module
+                if torch_device[d].type != "cpu" and any(True for _ in module.state_dict().values()):
+                    module = copy.deepcopy(module).to(torch_device[d])
+                self.calls[d, p.index] = module.forward  # not nn.Module.__call__: no hooks to run
+        if any(torch_device[d].type == "cuda" for d in self.local):
+            torch.cuda.synchronize()  # the copies above ran on this thread's stream; the workers read on theirs
         self.workers = sorted(d for d in self.local if program.pieces[d])
         # the calling thread runs the first device's pieces itself: one hand-off fewer per request (none at
         # all for a one-device plan); every other device has a thread of its own
@@ -143,7 +155,7 @@ class Executor:
         try:
             with torch.no_grad():
                 for piece in self.program.pieces[device]:
-                    call = piece.module.forward  # not nn.Module.__call__: no hooks to run
+                    call = self.calls[device, piece.index]
                     if stream is not None:
                         with torch.cuda.stream(stream):  # copies in and the piece on one stream
                             args = [self._value(v, target) for v in piece.inputs]

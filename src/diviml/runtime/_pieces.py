@@ -123,7 +123,11 @@ def _piece(gm, nodes, names: list[str], device: str, index: int, tasks: tuple[st
     inputs: list[str] = []
     for n in names:
         for a in nodes[n].all_input_nodes:
-            if a.name not in inside and a.name not in env:
+            if a.name in inside or a.name in env:
+                continue
+            if a.op == "get_attr":  # a torch.fx capture's weight or constant: read off the piece's own module
+                env[a.name] = graph.node_copy(a)
+            else:
                 env[a.name] = graph.placeholder(a.name)
                 inputs.append(a.name)
     for n in names:

@@ -214,10 +214,17 @@ def _capture(model, example_inputs: Sequence, dynamic_batch: bool = False) -> Ca
                 paths[node.name] = list(stack.values())[-1][0].removeprefix(prefix)
         return Captured(program.graph_module, args, state, users, "export", paths, dynamic_batch)
     try:
-        gm = torch.fx.symbolic_trace(model)
+        return traced(model, example_inputs)
     except Exception as exc:  # noqa: BLE001
         raise InputError(f"cannot capture the model: torch.export failed ({export_error}) and torch.fx failed "
                          f"({_first_line(exc)})") from None
+
+
+def traced(model, example_inputs: Sequence) -> Captured:
+    """The fallback capture, by torch.fx's symbolic tracing: weights stay in the module's submodules and
+    attributes (``call_module`` and ``get_attr`` nodes), not placeholders."""
+    torch = import_torch()
+    gm = torch.fx.symbolic_trace(model)
     users = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     return Captured(gm, list(example_inputs), {}, users, "fx",
                     {n.name: str(n.target) for n in gm.graph.nodes if n.op == "call_module"})

@@ -6,7 +6,7 @@ import math
 import time
 from typing import Callable
 
-from .._torch import import_torch
+from .._torch import float32_in_full, import_torch
 from ._capture import Captured, task_of_nodes
 from ._costs import NodeRecord, count_flops, half_dtype, is_view, nbytes, numel, stored_bytes
 
@@ -65,6 +65,8 @@ def measure(captured: Captured, *, repeats: int = 5, warmup: int = 1, threads: i
     if threads:
         torch.set_num_threads(threads)
     session = _Session(torch, captured)
+    if session.clock.cuda:
+        float32_in_full(torch)  # the kernels diviml run uses (TF32 off)
     gm = captured.gm
 
     class Recorder(torch.fx.Interpreter):

@@ -20,9 +20,11 @@ from ._measure import MIN_TIMING_S, measure
 
 def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str,
                   measured_type: str | None = HOST_TYPE, analytic_types: Sequence[str] = ("v100", "a100"),
-                  batch_size: int = 1, extra_times: dict | None = None, host: HostSpec | None = None) -> TaskGraph:
+                  batch_size: int = 1, extra_times: dict | None = None, host: HostSpec | None = None,
+                  measured_elsewhere: dict | None = None) -> TaskGraph:
     """Tasks from the records: measured medians for ``measured_type``, the rest by :func:`task_times` (``host``
-    is measured here when the records come from this CPU and it is not given)."""
+    is measured here when the records come from this CPU and it is not given). ``measured_elsewhere`` (task ->
+    device type -> seconds) holds times measured on other devices, which replace those types' estimates."""
     if measured_type == HOST_TYPE and host is None:
         host = measure_host()
     gm = captured.gm
@@ -44,7 +46,7 @@ def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str,
                 memory[n.name] += sum(nbytes(p) for p in modules[n.target].parameters())
     tasks, edges = [], []
     for r in records:
-        times = task_times(r, measured_type, analytic_types, host)
+        times = {**task_times(r, measured_type, analytic_types, host), **(measured_elsewhere or {}).get(r.name, {})}
         table = {dt: dict(v) for dt, v in (extra_times or {}).get(r.name, {}).items()}
         tasks.append(Task(id=r.name, kind=r.kind, time=times, time_by_batch=table, flops=r.flops,
                           bytes_accessed=r.bytes_accessed, memory_bytes=memory[r.name], output_bytes=r.output_bytes,
@@ -58,7 +60,7 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
             analytic_types: Sequence[str] = ("v100", "a100"), repeats: int = 5, warmup: int = 1,
             threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
             progress: Callable[[str], None] | None = None, device: str = "cpu",
-            fold_constants: bool = True) -> TaskGraph:
+            fold_constants: bool = True, also_on: Sequence[str] = ()) -> TaskGraph:
     """Capture and cost a model at each batch size; the first is the graph's own, the others fill the tables.
 
     ``fold_constants=False`` keeps what depends on no input as per-request work (the cost model before
@@ -67,27 +69,21 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
     ``device`` is the torch device measured on (its times are recorded as ``measured_type``): the model and
     its inputs are put there before capture, so the captured graph runs there as the model would. Measured
     on the CPU (``measured_type`` "host"), this CPU is measured too and catalogue CPUs among
-    ``analytic_types`` get times derived from the host's (:mod:`diviml.frontends.host`)."""
+    ``analytic_types`` get times derived from the host's (:mod:`diviml.frontends.host`).
+
+    ``also_on`` names more torch devices ("cuda", "cuda:1") on which the same captured program is measured,
+    operator by operator, at every batch size; their times are recorded under each device's type (as
+    :func:`measured_device_type` names it), so one graph holds the times of every device a plan may run on
+    here, with the task ids of one capture (the ones ``diviml run`` cuts by)."""
     if not batches:
         raise InputError("give at least one batch size")
     torch = import_torch()
-    host = None
-    if measured_type == HOST_TYPE:
-        host = measure_host(threads or torch.get_num_threads())
-        if progress:
-            progress(f"this CPU: {host.peak_flops_per_thread / 1e9:.0f} GFLOP/s and "
-                     f"{host.bandwidth_per_thread / 1e9:.1f} GB/s per thread, {host.dispatch * 1e6:.1f} us "
-                     "per operator call")
-    if measured_type is None:  # analytic only: no weights are allocated, shapes come from meta tensors
-        with torch.device("meta"):
-            model = model_fn()
-        inputs_fn = _moved(inputs_fn, "meta")
-    else:
-        model = model_fn()
-        if torch.device(device).type != "cpu":
-            model = model.to(device)
-            inputs_fn = _moved(inputs_fn, device)
+    host = _this_host(threads or torch.get_num_threads(), progress) if measured_type == HOST_TYPE else None
+    # analytic only (no measured type): no weights are allocated, shapes come from meta tensors
+    model, inputs_fn = _placed_model(torch, model_fn, inputs_fn, "meta" if measured_type is None else device)
+    elsewhere = [(d, measured_device_type(d)) for d in also_on]
     per_batch: dict[int, dict[str, NodeRecord]] = {}
+    other_times: dict[int, dict[str, dict[str, float]]] = {}  # batch -> task -> device type -> seconds
     base = None
     for i, b in enumerate(batches):
         if progress:
@@ -101,18 +97,63 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
         records = measure(captured, repeats=repeats if measured_type else 0, warmup=warmup if measured_type else 0,
                           threads=threads, min_time_s=min_time_s, progress=progress)
         per_batch[b] = {r.name: r for r in records}
+        for other, other_type in elsewhere:
+            if progress:
+                progress(f"  measuring the same program on {other} ({other_type})")
+            for r in measure(on_device(captured, other), repeats=repeats, warmup=warmup, threads=threads,
+                             min_time_s=min_time_s, progress=progress):
+                other_times.setdefault(b, {}).setdefault(r.name, {}).update(task_times(r, other_type, [], None))
         if base is None:
             base = (captured, records)
     captured, records = base
-    extra: dict[str, dict[str, dict[int, float]]] = {}
     for b in batches[1:]:
         _check_same_graph(name, batches[0], records, b, list(per_batch[b].values()))
-        for r in records:
-            row = extra.setdefault(r.name, {})
-            for t, value in task_times(per_batch[b][r.name], measured_type, analytic_types, host).items():
-                row.setdefault(t, {})[b] = value
+    extra = {r.name: _by_batch({b: {**task_times(per_batch[b][r.name], measured_type, analytic_types, host),
+                                    **other_times.get(b, {}).get(r.name, {})} for b in batches[1:]})
+             for r in records}
     return to_task_graph(captured, records, name=name, measured_type=measured_type, analytic_types=analytic_types,
-                         batch_size=batches[0], extra_times=extra, host=host)
+                         batch_size=batches[0], extra_times=extra, host=host,
+                         measured_elsewhere=other_times.get(batches[0], {}))
+
+
+def _by_batch(times: dict[int, dict[str, float]]) -> dict[str, dict[int, float]]:
+    """batch -> device type -> seconds, turned into device type -> batch -> seconds."""
+    out: dict[str, dict[int, float]] = {}
+    for b, row in times.items():
+        for t, value in row.items():
+            out.setdefault(t, {})[b] = value
+    return out
+
+
+def _placed_model(torch, model_fn, inputs_fn, device: str):
+    """The model built, and its inputs made, on ``device`` (built there directly for "meta")."""
+    if device == "meta":
+        with torch.device("meta"):
+            return model_fn(), _moved(inputs_fn, "meta")
+    model = model_fn()
+    if torch.device(device).type == "cpu":
+        return model, inputs_fn
+    return model.to(device), _moved(inputs_fn, device)
+
+
+def _this_host(threads: int, progress) -> HostSpec:
+    host = measure_host(threads)
+    if progress:
+        progress(f"this CPU: {host.peak_flops_per_thread / 1e9:.0f} GFLOP/s and "
+                 f"{host.bandwidth_per_thread / 1e9:.1f} GB/s per thread, {host.dispatch * 1e6:.1f} us "
+                 "per operator call")
+    return host
+
+
+def on_device(captured: Captured, device: str) -> Captured:
+    """A copy of a captured program with its module and values on torch ``device`` (the original stays)."""
+    import copy
+    torch = import_torch()
+    target = torch.device(device)
+    gm = copy.deepcopy(captured.gm).to(target)
+    args = [a.to(target) if isinstance(a, torch.Tensor) else a for a in captured.args]
+    return Captured(gm, args, captured.state, captured.user_inputs, captured.method, captured.module_path,
+                    captured.dynamic_batch)
 
 
 def _check_same_graph(name: str, base: int, records: list, batch: int, others: list) -> None:

@@ -68,7 +68,7 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     m = _Model()
     v = _variables(m, jobs, ticks, resolution)
     if not _precedence(m, jobs, v, ticks, began + time_limit):
-        return Outcome(None, None, "unknown", 0.0, None, {"tick": tick, "note": (
+        return Outcome(None, None, "unknown", 0.0, None, {"tick": tick, "work": 0.0, "note": (
             f"the CP-SAT model ({len(jobs.jobs):,} jobs on {len(jobs.problem.platform.devices)} devices) took "
             "longer to build than the time it had; a longer --time-limit builds it")})
     _memory(m, jobs, v.x)

@@ -1,0 +1,37 @@
+#!/bin/bash
+# The runtime's checks on a lent GPU machine (the workplace's device tool), as one prepared script: host <-> GPU
+# copies, plans over the CPU and the GPU run beside their predictions (batch 1, and a batch of 8), and the CUDA
+# tests. Run from the repository root there, with the wheels diviml needs and the machine lacks in .whl/ (see
+# the tool's README); each stage stops at its own time limit, so the stages before it keep their results:
+#     LATENCY_S=200 BATCH_S=170 TESTS_S=120 bash benchmarks/gpu_session.sh latency batch tests   # under $OUT
+set -u
+OUT=${OUT:-/tmp/diviml-gpu}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+MACHINE="lent H100 machine (16 cores, one NVIDIA H100 80GB HBM3), alone; CPU device 8 threads"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,utilization.gpu --format=csv > "$OUT/gpu.txt"
+python3 -c "import torch, diviml, ortools, highspy; print('torch', torch.__version__, torch.cuda.get_device_name(0))" \
+    | tee -a "$OUT/gpu.txt" || exit 1
+platform=/tmp/cpu-h100-measured.yaml
+python3 benchmarks/runtime_fidelity.py --cuda-link --platform-out $platform --out "$OUT/runtime_link_cuda.md" \
+    > /dev/null || exit 1
+cp $platform "$OUT/"
+run_table() {  # objective, seconds, models, output name
+    timeout "$2" python3 benchmarks/runtime_fidelity.py --platforms $platform --objective "$1" --batch 8 \
+        --models $3 --time-limit 5 --min-time 1 --repeats 10 --machine "$MACHINE" --out "$OUT/$4.md" \
+        2> "$OUT/$4.log"
+    tail -3 "$OUT/$4.log"; tail -n +5 "$OUT/$4.md"
+}
+for stage in "$@"; do
+  case $stage in
+    latency) run_table latency "${LATENCY_S:-360}" "${LATENCY_MODELS:-resnet50 googlenet inception_v3 gpt2-small randwire-ws-s0}" runtime_fidelity_h100 ;;
+    batch) run_table batch "${BATCH_S:-300}" "${BATCH_MODELS:-resnet50 googlenet inception_v3}" runtime_fidelity_h100_batch ;;
+    tests)
+      timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:logging tests/runtime/test_run_gpu.py \
+          "tests/frontends/test_pytorch.py::test_profiling_on_a_gpu_runs_the_captured_graph_there_and_records_its_times" \
+          > "$OUT/tests.log" 2>&1
+      grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -12 ;;
+  esac
+done
