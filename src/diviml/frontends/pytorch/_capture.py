@@ -7,11 +7,12 @@ from typing import Callable, Sequence
 
 from ...errors import InputError
 from .._torch import import_torch
-from ._rewrite import read_weights_once
+from ._rewrite import is_size_read, read_sizes_locally, read_weights_once
 
 # raised whenever a change to capture changes the graphs it makes, so that cached profiles are made again
-# (2: a weight broadcast over the sequence read once, frontends/pytorch/_rewrite.py)
-CAPTURE_REVISION = 2
+# (2: a weight broadcast over the sequence read once; 3: the batch size read off an operator's own input;
+# frontends/pytorch/_rewrite.py)
+CAPTURE_REVISION = 3
 
 
 @dataclass
@@ -189,6 +190,7 @@ def _capture(model, example_inputs: Sequence, dynamic_batch: bool = False) -> Ca
         model = candidate
     if program is not None:
         read_weights_once(program.graph_module)
+        read_sizes_locally(program.graph_module)
         sig = program.graph_signature
         state = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
         values = {**dict(model.named_parameters(remove_duplicate=False)),  # tied weights under each name
@@ -237,13 +239,16 @@ def _first_line(exc: BaseException) -> str:
 
 def task_of_nodes(captured: Captured) -> dict[str, str]:
     """fx node name -> the task it belongs to: each operator is a task, a getitem is part of the operator whose
-    output it unpacks, each user input is a task; parameters, buffers and the output belong to none. The one
-    definition of task ids: profiles name their tasks by it and the runtime cuts plans by it."""
+    output it unpacks, a size read whose one user also reads the measured tensor is part of that user (see
+    :func:`read_sizes_locally`), each user input is a task; parameters, buffers and the output belong to none.
+    The one definition of task ids: profiles name their tasks by it and the runtime cuts plans by it."""
     out = {name: name for name in captured.user_inputs}
     for node in captured.gm.graph.nodes:
         if node.op in ("call_function", "call_method", "call_module"):
             if node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem":
                 out[node.name] = out.get(node.args[0].name, node.args[0].name)
+            elif is_size_read(node) and len(node.users) == 1 and node.args[0] in next(iter(node.users)).all_input_nodes:
+                out[node.name] = next(iter(node.users)).name
             else:
                 out[node.name] = node.name
     return out

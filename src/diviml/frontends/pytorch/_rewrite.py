@@ -7,13 +7,19 @@ folds the same product into one matrix product; the exported one reads the weigh
 in-projection: 3.7 TB instead of 1.8 GB per layer; 3.4x slower measured on a CPU at gpt2-small's size).
 :func:`read_weights_once` writes such a product back as ``matmul(x, W)``, which folds as eager does, and
 reads ``W`` itself, so the weight stays resident memory of the product (not of a view before it).
+
+A dynamic batch also reads the batch size once, off the model's input (``sym_size(x, 0)``), and hands it to
+every operator that needs it (a classifier's flatten, attention's reshapes): an edge from the input to the end
+of the network, which crosses every cut between them, so that no single tensor separates the graph's halves
+(googlenet: no series point at all, and a latency gap of 23.6% where one exists, proven optimal in 1 s).
+:func:`read_sizes_locally` has each such operator read the size off one of its own inputs that carries it.
 """
 
 from __future__ import annotations
 
 from .._torch import import_torch
 
-__all__ = ["read_weights_once"]
+__all__ = ["read_sizes_locally", "read_weights_once", "is_size_read"]
 
 # operators that only reshape or broadcast their first argument (no kernel)
 _SHAPING = ("view", "_unsafe_view", "reshape", "expand", "unsqueeze")
@@ -58,3 +64,55 @@ def _repeated_matrix(node, shape: tuple):
         if node.op != "call_function" or name not in _SHAPING or not node.args:
             return None
         node = node.args[0]
+
+
+def is_size_read(node) -> bool:
+    """Is ``node`` a read of one dimension's size (``aten.sym_size.int``)?"""
+    torch = import_torch()
+    return node.op == "call_function" and node.target == torch.ops.aten.sym_size.int
+
+
+def read_sizes_locally(gm) -> int:
+    """Rewrite, in place, each use of a size read off a tensor its user does not read (or computed from such a
+    size: ``sym_size(x, 0) * 2048``) into a size read off one of the user's own inputs whose shape holds the same
+    value (found in the export's symbolic shapes); returns how many uses were rewritten. A use with no such
+    input keeps the original."""
+    torch = import_torch()
+    done = 0
+    for size in [n for n in gm.graph.nodes if n.op == "call_function" and _symbolic(n)]:
+        for user in list(size.users):
+            if _symbolic(user) or (is_size_read(size) and size.args[0] in user.all_input_nodes):
+                continue
+            found = _dimension_holding(user, size.meta["val"].node.expr)
+            if found is None:
+                continue
+            with gm.graph.inserting_before(user):
+                local = gm.graph.call_function(torch.ops.aten.sym_size.int, found)
+            local.meta["val"] = found[0].meta["val"].shape[found[1]]
+            user.replace_input_with(size, local)
+            done += 1
+    if done:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return done
+
+
+def _symbolic(node) -> bool:
+    """Is ``node``'s value a size that depends on the batch (a SymInt with a free symbol)?"""
+    torch = import_torch()
+    val = node.meta.get("val")
+    return isinstance(val, torch.SymInt) and bool(val.node.expr.free_symbols)
+
+
+def _dimension_holding(user, expr):
+    """(input node, dimension) of ``user``'s first tensor input whose size there is ``expr``, or None."""
+    torch = import_torch()
+    for a in user.all_input_nodes:
+        val = a.meta.get("val")
+        if is_size_read(a) or not isinstance(val, torch.Tensor):
+            continue
+        for k, dim in enumerate(val.shape):
+            if isinstance(dim, torch.SymInt) and dim.node.expr == expr:
+                return (a, k)
+    return None
