@@ -332,6 +332,16 @@ def test_a_plan_and_its_bound_do_not_depend_on_how_loaded_the_machine_is():
     assert loaded.assignments == quiet.assignments
 
 
+def test_solves_left_open_by_the_cap_on_one_solve_are_given_more_while_time_is_left_and_prove_the_plan():
+    """On a chain of series cuts the join's DP on the module bounds bounds the optimum: where solves stop at the
+    cap on one solve (``module_time_limit``) with most of the time left, split walks again with 4x the cap
+    (inception_v3 at 60 s: 'feasible' at 2.6 s, gap 4.1%; now proven optimal in 3.7 s)."""
+    p = Problem(layered_dag(120, seed=5), diviml.preset("paper-server"))
+    plan = diviml.solve(p, "split", time_limit=60, module_size=30, module_time_limit=0.05, workers=2)
+    assert plan.status == "optimal" and plan.gap <= 1e-4
+    assert "in 2 passes" in plan.notes[0] or "in 3 passes" in plan.notes[0]
+
+
 @pytest.mark.parametrize("module_size", [10, 4])  # series cuts only (the chain's bound), multi-channel cuts
 def test_one_worker_and_a_process_pool_give_the_same_plan_bound_and_baseline(module_size):
     # with a pool, the baseline plan and the problem's lower bound come from a process of their own

@@ -103,13 +103,14 @@ def _walk(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, sh
           walks: _Walks, background: Background, *, bounds: bool, module_time_limit: float, seed: int, progress,
           label: str) -> None:
     """Join the chain for one batch split, keeping the better plan in ``walks``; on a chain of series cuts with
-    unfinished module solves, walk again with 4x their time (a tighter bound, maybe a better plan; proven
-    answers are reused, so the time goes to the rest) while the split's share of the time lasts."""
+    unfinished module solves, walk again with 4x their time, and 4x the cap on one solve's time where that is
+    what stopped them (a tighter bound, maybe a better plan; proven answers are reused, so the time goes to
+    the rest) while the split's share of the time lasts."""
     memory_binds = bool(JobGraph.whole(problem).memory_limits())
     exact_chain = separable(problem, chain)
-    scale = 1.0
+    scale, cap = 1.0, module_time_limit
     while True:
-        res = join(problem, chain, sizes, pool, share, memory_binds=memory_binds, module_time_limit=module_time_limit,
+        res = join(problem, chain, sizes, pool, share, memory_binds=memory_binds, module_time_limit=cap,
                    seed=seed, progress=progress, scale=scale, bounds=bounds, label=label)
         walks.passes += 1
         walks.counts += res.counts
@@ -121,10 +122,12 @@ def _walk(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, sh
             walks.proven = walks.proven or (exact_chain and res.counts.optimal == res.counts.solves)
         if plan is not None and (walks.best is None or plan.objective < walks.best.objective):
             _keep(walks, plan, res, sizes)
-        if (walks.proven or plan is None or not bounds or not res.share_bound
-                or share.left < 0.05 * share.limit):
+        unproven = res.counts.optimal < res.counts.solves
+        if walks.proven or plan is None or not bounds or not unproven or share.left < 0.05 * share.limit:
             return
         scale *= 4
+        if not res.share_bound:  # the solves left open ran into the cap on one solve, not the step's share
+            cap *= 4
 
 
 def _keep(walks: _Walks, plan: Plan, res: JoinResult, sizes: tuple[int, ...]) -> None:
