@@ -69,3 +69,27 @@ def test_a_classifiers_flatten_reads_the_batch_size_off_its_own_input(name):
     x = spec.inputs(3)  # the same function at another batch size
     with torch.no_grad():
         assert torch.allclose(torch.utils._pytree.tree_leaves(with_inputs(captured, x).run())[0], model(*x), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["gpt-tiny", "bert-tiny"])
+def test_attention_reshapes_read_their_sequence_by_batch_sizes_off_their_own_inputs(name):
+    """Attention's reshapes need sizes computed from the batch (sequence x batch rows, batch x heads): each is
+    computed from a dimension of the reshape's own input, so no size is carried from the input past a layer
+    and the residual stream is the only tensor between layers."""
+    from diviml.frontends.pytorch._rewrite import PART_OF
+    spec = zoo.get(name)
+    torch.manual_seed(0)
+    model = spec.build().eval()
+    captured = capture_at(model, spec.inputs, 1)
+    tasks = task_of_nodes(captured)
+    sizes = [n for n in captured.gm.graph.nodes if isinstance(n.meta.get("val"), torch.SymInt)
+             and n.op == "call_function"]
+    assert sizes and all(tasks[n.name] != n.name for n in sizes)  # each a part of the operator reading it
+    assert any(PART_OF in n.meta and n.target is not torch.ops.aten.sym_size.int for n in sizes)  # arithmetic
+    graph = profile_zoo(name, device=None)
+    assert not [t for t in graph.tasks if t.kind == "sym_size"]
+    assert detect(graph).widest_cut <= 2
+    x = spec.inputs(3)
+    with torch.no_grad():
+        got = torch.utils._pytree.tree_leaves(with_inputs(captured, x).run())[0]
+        assert torch.allclose(got, torch.utils._pytree.tree_leaves(model(*x))[0], atol=1e-5)

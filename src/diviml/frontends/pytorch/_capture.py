@@ -7,12 +7,12 @@ from typing import Callable, Sequence
 
 from ...errors import InputError
 from .._torch import import_torch
-from ._rewrite import is_size_read, read_sizes_locally, read_weights_once
+from ._rewrite import PART_OF, is_size_read, read_sizes_locally, read_weights_once
 
 # raised whenever a change to capture changes the graphs it makes, so that cached profiles are made again
-# (2: a weight broadcast over the sequence read once; 3: the batch size read off an operator's own input;
-# frontends/pytorch/_rewrite.py)
-CAPTURE_REVISION = 3
+# (2: a weight broadcast over the sequence read once; 3: the batch size read off an operator's own input; 4:
+# sizes computed from the batch, such as sequence x batch rows, too; frontends/pytorch/_rewrite.py)
+CAPTURE_REVISION = 4
 
 
 @dataclass
@@ -247,6 +247,8 @@ def task_of_nodes(captured: Captured) -> dict[str, str]:
         if node.op in ("call_function", "call_method", "call_module"):
             if node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem":
                 out[node.name] = out.get(node.args[0].name, node.args[0].name)
+            elif PART_OF in node.meta:  # a size the rewrite reads off the user's own input
+                out[node.name] = node.meta[PART_OF]
             elif is_size_read(node) and len(node.users) == 1 and node.args[0] in next(iter(node.users)).all_input_nodes:
                 out[node.name] = next(iter(node.users)).name
             else:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .._torch import import_torch
 
-__all__ = ["read_sizes_locally", "read_weights_once", "is_size_read"]
+__all__ = ["PART_OF", "is_size_read", "read_sizes_locally", "read_weights_once"]
 
 # operators that only reshape or broadcast their first argument (no kernel)
 _SHAPING = ("view", "_unsafe_view", "reshape", "expand", "unsqueeze")
@@ -72,30 +72,82 @@ def is_size_read(node) -> bool:
     return node.op == "call_function" and node.target == torch.ops.aten.sym_size.int
 
 
+# meta key of the nodes read_sizes_locally adds: the task (the user's node name) they are a part of
+PART_OF = "diviml_part_of"
+
+
 def read_sizes_locally(gm) -> int:
     """Rewrite, in place, each use of a size read off a tensor its user does not read (or computed from such a
-    size: ``sym_size(x, 0) * 2048``) into a size read off one of the user's own inputs whose shape holds the same
-    value (found in the export's symbolic shapes); returns how many uses were rewritten. A use with no such
-    input keeps the original."""
-    torch = import_torch()
+    size: ``sym_size(x, 0) * 2048``) into the same size read off one of the user's own inputs (found in the
+    export's symbolic shapes: a dimension of that size, or of the batch symbol when the size is ``c * batch +
+    d``); returns how many uses were rewritten. A use with no such input keeps the original. The nodes added
+    carry ``meta[PART_OF]``, the user's name: they are a part of its task."""
     done = 0
     for size in [n for n in gm.graph.nodes if n.op == "call_function" and _symbolic(n)]:
         for user in list(size.users):
             if _symbolic(user) or (is_size_read(size) and size.args[0] in user.all_input_nodes):
                 continue
-            found = _dimension_holding(user, size.meta["val"].node.expr)
-            if found is None:
-                continue
             with gm.graph.inserting_before(user):
-                local = gm.graph.call_function(torch.ops.aten.sym_size.int, found)
-            local.meta["val"] = found[0].meta["val"].shape[found[1]]
-            user.replace_input_with(size, local)
-            done += 1
+                local = _local_size(gm.graph, user, size.meta["val"])
+            if local is not None:
+                user.replace_input_with(size, local)
+                done += 1
     if done:
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()
     return done
+
+
+def _local_size(graph, user, value):
+    """Nodes (at the graph's insertion point) computing the SymInt ``value`` from ``user``'s own inputs, the
+    last of them returned; None where no input's shape holds it. ``value`` and the dimension read are each
+    exact, or linear in the one batch symbol with integer coefficients (``value = c * b + d`` from a dimension
+    ``a * b + e``: ``(dim - e) // a * c + d``, exact for every batch)."""
+    import operator
+    torch = import_torch()
+    expr = value.node.expr
+    found = _dimension_holding(user, lambda e: e == expr)
+    steps: list = []
+    if found is None:
+        target = _linear(expr)
+        if target is None:
+            return None
+        symbol, c, d = target
+        found = _dimension_holding(user, lambda e: (_linear(e) or (None,))[0] == symbol)
+        if found is None:
+            return None
+        _, a, e = _linear(found[0].meta["val"].shape[found[1]].node.expr)
+        steps = [(operator.sub, e), (operator.floordiv, a), (operator.mul, c), (operator.add, d)]
+    node = graph.call_function(torch.ops.aten.sym_size.int, found)
+    node.meta["val"] = found[0].meta["val"].shape[found[1]]
+    for op, k in steps:
+        if k != (1 if op in (operator.floordiv, operator.mul) else 0):
+            previous, node = node, graph.call_function(op, (node, k))
+            node.meta["val"] = op(previous.meta["val"], k)
+    for n in _chain_back(node):
+        n.meta[PART_OF] = user.name
+    return node
+
+
+def _linear(expr):
+    """(symbol, a, b) where ``expr`` is ``a * symbol + b`` with integers a != 0 and b, else None."""
+    if len(expr.free_symbols) != 1:
+        return None
+    symbol = next(iter(expr.free_symbols))
+    poly = expr.as_poly(symbol)
+    if poly is None or poly.degree() != 1 or not all(c.is_integer for c in poly.all_coeffs()):
+        return None
+    a, b = (int(c) for c in poly.all_coeffs())
+    return symbol, a, b
+
+
+def _chain_back(node) -> list:
+    """``node`` and the size nodes it was computed from, back to the size read."""
+    out = [node]
+    while not is_size_read(out[-1]):
+        out.append(out[-1].args[0])
+    return out
 
 
 def _symbolic(node) -> bool:
@@ -105,14 +157,15 @@ def _symbolic(node) -> bool:
     return isinstance(val, torch.SymInt) and bool(val.node.expr.free_symbols)
 
 
-def _dimension_holding(user, expr):
-    """(input node, dimension) of ``user``'s first tensor input whose size there is ``expr``, or None."""
+def _dimension_holding(user, wanted):
+    """(input node, dimension) of ``user``'s first tensor input with a symbolic size whose expression passes
+    ``wanted``, or None."""
     torch = import_torch()
     for a in user.all_input_nodes:
         val = a.meta.get("val")
         if is_size_read(a) or not isinstance(val, torch.Tensor):
             continue
         for k, dim in enumerate(val.shape):
-            if isinstance(dim, torch.SymInt) and dim.node.expr == expr:
+            if isinstance(dim, torch.SymInt) and wanted(dim.node.expr):
                 return (a, k)
     return None
