@@ -15,6 +15,7 @@ from diviml.solvers.engines.jobs import JobGraph
 from diviml.solvers.engines.modules import detect
 from diviml.solvers.split import _worker as split_worker
 from diviml.solvers.split import repair_memory
+from diviml.solvers.split._chain import solve_chain
 from diviml.validate import validate
 
 
@@ -74,10 +75,11 @@ def test_the_deadline_test_at_multi_channel_cuts_skips_solves_without_changing_t
             edges.append((f"{c}{i - 1}" if i else "x", f"{c}{i}"))
         edges.append((f"{c}11", "out"))
     p = Problem(graph(spec, edges), diviml.preset("paper-server"))
-    tested = diviml.solve(p, "split", time_limit=60, module_size=6, workers=1)
+    chain = detect(p.graph, 6)  # one chain's join (split would also try larger modules in the time left)
+    tested = solve_chain(p, chain, time_limit=60, workers=1, module_time_limit=0.5)
     monkeypatch.setattr(split_worker, "solve_late", lambda jobs, request: (None, 0.0))  # every such solve run in full
-    solved = diviml.solve(p, "split", time_limit=60, module_size=6, workers=1)
-    assert detect(p.graph, 6).multi_channel_cuts > 0
+    solved = solve_chain(p, chain, time_limit=60, workers=1, module_time_limit=0.5)
+    assert chain.multi_channel_cuts > 0
     assert tested.stats["module_solves_late"] > 0 and solved.stats["module_solves_late"] == 0
     assert [(a.task, a.device) for a in tested.assignments] == [(a.task, a.device) for a in solved.assignments]
     assert tested.objective == solved.objective and validate(tested, p).ok
@@ -340,6 +342,17 @@ def test_solves_left_open_by_the_cap_on_one_solve_are_given_more_while_time_is_l
     plan = diviml.solve(p, "split", time_limit=60, module_size=30, module_time_limit=0.05, workers=2)
     assert plan.status == "optimal" and plan.gap <= 1e-4
     assert "in 2 passes" in plan.notes[0] or "in 3 passes" in plan.notes[0]
+
+
+def test_where_small_modules_cut_inside_series_groups_larger_ones_are_tried_in_the_time_left_and_prove():
+    """Modules of 4 tasks cut a layered DAG's series groups inside (multi-channel cuts: no chain bound); with
+    most of the time left split solves again with modules twice as large until every cut is a series point,
+    and keeps the better plan and bound."""
+    p = Problem(layered_dag(40, seed=1), diviml.preset("paper-server"))
+    assert detect(p.graph, 4, whole_size=8).multi_channel_cuts > 0
+    plan = diviml.solve(p, "split", time_limit=60, module_size=4)
+    assert plan.status == "optimal" and any("solved again with modules of up to" in n for n in plan.notes)
+    assert validate(plan, p).ok
 
 
 @pytest.mark.parametrize("module_size", [10, 4])  # series cuts only (the chain's bound), multi-channel cuts

@@ -44,11 +44,50 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     """MILP-SPLIT: modules of at most ``module_size`` tasks (a group between series points up to twice that
     stays whole: its cuts are exact), each solve given at most ``module_time_limit`` seconds of work
     (CP-SAT's deterministic time, :data:`.cpsat.WORK_PER_SECOND`: the plan does not depend on the machine's
-    load; ``time_limit`` is on the clock)."""
-    whole_size = 2 * module_size
-    return solve_chain(problem, detect(problem.graph, module_size, whole_size=whole_size), time_limit=time_limit,
-                       seed=seed, workers=workers, module_time_limit=module_time_limit, progress=progress,
-                       size_note=f"at most {module_size} tasks, whole series groups up to {whole_size}; ")
+    load; ``time_limit`` is on the clock).
+
+    Where the plan is not proven, its chain had cuts that are not series points (a group between series points
+    larger than twice the module size, cut inside), larger modules would cut at series points only (so that the
+    join's DP bounds the optimum, :func:`chain_bounds`) and over half the time is left, the chain of the least
+    such size is solved in the time left, and the better plan and bound kept (gpt2-small on paper-server: gap
+    5.3% in 2 s with modules of 20 tasks; proven optimal with 40, in 22 s)."""
+    watch = Stopwatch(time_limit)
+    chain = detect(problem.graph, module_size, whole_size=2 * module_size)
+    plan = solve_chain(problem, chain, time_limit=time_limit, seed=seed, workers=workers,
+                       module_time_limit=module_time_limit, progress=progress,
+                       size_note=f"at most {module_size} tasks, whole series groups up to {2 * module_size}; ")
+    larger = _series_chain(problem, module_size) if chain.multi_channel_cuts and plan.status != "optimal" else None
+    if larger is None or watch.left < 0.5 * time_limit:
+        return plan
+    size, chain = larger
+    again = solve_chain(problem, chain, time_limit=watch.left, seed=seed, workers=workers,
+                        module_time_limit=module_time_limit, progress=progress,
+                        size_note=f"at most {size} tasks, whole series groups up to {2 * size}; ")
+    return replace(_better(plan, again, size), solve_time_s=watch.elapsed)
+
+
+def _series_chain(problem: Problem, module_size: int) -> tuple[int, Chain] | None:
+    """The least module size above ``module_size`` (doubling) whose chain cuts at series points only and
+    bounds the optimum, with that chain; None where none does."""
+    size = 2 * module_size
+    while size < len(problem.graph):
+        chain = detect(problem.graph, size, whole_size=2 * size)
+        if not chain.multi_channel_cuts:
+            return (size, chain) if chain_bounds(problem, chain) else None
+        size *= 2
+    return None
+
+
+def _better(first: Plan, again: Plan, size: int) -> Plan:
+    """The better plan of two solves of one problem, with the better of their bounds and the status that
+    follows from them."""
+    plan = again if again.objective < first.objective else first
+    bound, source = better_bound((first.bound, first.bound_source), (again.bound, again.bound_source))
+    bound = min(bound, plan.objective)
+    status = "optimal" if plan.objective <= bound * (1 + 1e-9) else again.status
+    note = (f"solved again with modules of up to {size} tasks: " + ("this plan" if plan is again else
+            "the first plan kept") + f", bound {bound:.6g} ({source})")
+    return replace(plan, bound=bound, bound_source=source, status=status, notes=(*plan.notes, note))
 
 
 @dataclass
