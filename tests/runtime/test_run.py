@@ -121,6 +121,23 @@ def test_calibration_makes_each_pieces_tasks_sum_to_what_the_piece_measured():
             assert total == pytest.approx(p.measured_s + p.lead_s, rel=1e-9)
 
 
+def run_once(program, captured):
+    """The cut ``program`` run once on its devices, each a one-thread CPU worker: (results, piece timings, the
+    captured module's own output)."""
+    import torch
+
+    from diviml.runtime._execute import Executor
+    values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
+    executor = Executor(program, {d: torch.device("cpu") for d in program.pieces}, {d: 1 for d in program.pieces},
+                        {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs})
+    try:
+        results, timings, _ = executor.run()
+    finally:
+        executor.close()
+    with torch.no_grad():
+        return results, timings, captured.gm(*captured.args)
+
+
 def test_a_piece_per_task_when_asked_and_the_program_still_matches():
     from diviml.frontends.pytorch import capture_at
     problem = profiled("gpt-tiny")
@@ -132,16 +149,7 @@ def test_a_piece_per_task_when_asked_and_the_program_still_matches():
     assert len(program.pieces["worker0"]) > len(cut(captured, order).pieces["worker0"]) == 1
     import torch
 
-    from diviml.runtime._execute import Executor
-    values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
-    executor = Executor(program, {"worker0": torch.device("cpu")}, {"worker0": 1},
-                        {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs})
-    try:
-        results, timings, _ = executor.run()
-    finally:
-        executor.close()
-    with torch.no_grad():
-        expected = captured.gm(*captured.args)
+    results, timings, expected = run_once(program, captured)
     assert len(timings) == len(program.pieces["worker0"])
     assert torch.allclose(results[program.results[0]], torch.utils._pytree.tree_leaves(expected)[0], atol=1e-6)
 
@@ -152,7 +160,6 @@ def test_a_torch_fx_capture_whose_weights_are_attributes_runs_split_over_two_wor
     import torch
 
     from diviml.frontends.pytorch._capture import task_of_nodes, traced
-    from diviml.runtime._execute import Executor
 
     class Model(torch.nn.Module):
         def __init__(self):
@@ -169,14 +176,7 @@ def test_a_torch_fx_capture_whose_weights_are_attributes_runs_split_over_two_wor
     tasks = list(dict.fromkeys(task_of_nodes(captured).values()))
     order = {"worker0": [t for t in tasks if t != "right"], "worker1": ["right"]}
     program = cut(captured, order)
-    executor = Executor(program, {d: torch.device("cpu") for d in order}, {d: 1 for d in order}, {},
-                        {v: captured.args[0] for v in program.inputs})
-    try:
-        results, _, _ = executor.run()
-    finally:
-        executor.close()
-    with torch.no_grad():
-        expected = captured.gm(*captured.args)
+    results, _, expected = run_once(program, captured)
     assert len(program.pieces["worker0"]) == 3 and torch.allclose(results[program.results[0]], expected)
 
 

@@ -65,7 +65,7 @@ class Executor:
         for d in self.local:
             for p in program.pieces[d]:
                 module = p.module
-                if torch_device[d].type != "cpu" and any(True for _ in module.state_dict().values()):
+                if torch_device[d].type != "cpu" and module.state_dict():
                     module = copy.deepcopy(module).to(torch_device[d])
                 self.calls[d, p.index] = module.forward  # not nn.Module.__call__: no hooks to run
         if any(torch_device[d].type == "cuda" for d in self.local):

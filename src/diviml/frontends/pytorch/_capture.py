@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 from ...errors import InputError
 from .._torch import import_torch
-from ._rewrite import PART_OF, is_size_read, read_sizes_locally, read_weights_once
+from ._rewrite import PART_OF, read_sizes_locally, read_weights_once
 
 # raised whenever a change to capture changes the graphs it makes, so that cached profiles are made again
 # (2: a weight broadcast over the sequence read once; 3: the batch size read off an operator's own input; 4:
@@ -239,7 +239,7 @@ def _first_line(exc: BaseException) -> str:
 
 def task_of_nodes(captured: Captured) -> dict[str, str]:
     """fx node name -> the task it belongs to: each operator is a task, a getitem is part of the operator whose
-    output it unpacks, a size read whose one user also reads the measured tensor is part of that user (see
+    output it unpacks, a size its one user reads off its own input is part of that user (marked by
     :func:`read_sizes_locally`), each user input is a task; parameters, buffers and the output belong to none.
     The one definition of task ids: profiles name their tasks by it and the runtime cuts plans by it."""
     out = {name: name for name in captured.user_inputs}
@@ -247,10 +247,8 @@ def task_of_nodes(captured: Captured) -> dict[str, str]:
         if node.op in ("call_function", "call_method", "call_module"):
             if node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem":
                 out[node.name] = out.get(node.args[0].name, node.args[0].name)
-            elif PART_OF in node.meta:  # a size the rewrite reads off the user's own input
+            elif PART_OF in node.meta:  # a size its one user reads off its own input
                 out[node.name] = node.meta[PART_OF]
-            elif is_size_read(node) and len(node.users) == 1 and node.args[0] in next(iter(node.users)).all_input_nodes:
-                out[node.name] = next(iter(node.users)).name
             else:
                 out[node.name] = node.name
     return out

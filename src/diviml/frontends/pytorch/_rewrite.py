@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .._torch import import_torch
 
-__all__ = ["PART_OF", "is_size_read", "read_sizes_locally", "read_weights_once"]
+__all__ = ["PART_OF", "read_sizes_locally", "read_weights_once"]
 
 # operators that only reshape or broadcast their first argument (no kernel)
 _SHAPING = ("view", "_unsafe_view", "reshape", "expand", "unsqueeze")
@@ -46,6 +46,11 @@ def read_weights_once(gm) -> int:
         node.replace_all_uses_with(product)
         gm.graph.erase_node(node)
         done += 1
+    return _tidied(gm, done)
+
+
+def _tidied(gm, done: int) -> int:
+    """After ``done`` rewrites of ``gm``: dead nodes dropped, the graph checked and its code made again."""
     if done:
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
@@ -80,8 +85,9 @@ def read_sizes_locally(gm) -> int:
     """Rewrite, in place, each use of a size read off a tensor its user does not read (or computed from such a
     size: ``sym_size(x, 0) * 2048``) into the same size read off one of the user's own inputs (found in the
     export's symbolic shapes: a dimension of that size, or of the batch symbol when the size is ``c * batch +
-    d``); returns how many uses were rewritten. A use with no such input keeps the original. The nodes added
-    carry ``meta[PART_OF]``, the user's name: they are a part of its task."""
+    d``); returns how many uses were rewritten. A use with no such input keeps the original. The nodes added,
+    and a size read whose one user reads the tensor it measures, carry ``meta[PART_OF]``, the user's name:
+    they are a part of its task."""
     done = 0
     for size in [n for n in gm.graph.nodes if n.op == "call_function" and _symbolic(n)]:
         for user in list(size.users):
@@ -92,10 +98,10 @@ def read_sizes_locally(gm) -> int:
             if local is not None:
                 user.replace_input_with(size, local)
                 done += 1
-    if done:
-        gm.graph.eliminate_dead_code()
-        gm.graph.lint()
-        gm.recompile()
+    done = _tidied(gm, done)
+    for size in gm.graph.nodes:
+        if is_size_read(size) and len(size.users) == 1 and size.args[0] in next(iter(size.users)).all_input_nodes:
+            size.meta.setdefault(PART_OF, next(iter(size.users)).name)
     return done
 
 

@@ -56,8 +56,10 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     plan = solve_chain(problem, chain, time_limit=time_limit, seed=seed, workers=workers,
                        module_time_limit=module_time_limit, progress=progress,
                        size_note=f"at most {module_size} tasks, whole series groups up to {2 * module_size}; ")
-    larger = _series_chain(problem, module_size) if chain.multi_channel_cuts and plan.status != "optimal" else None
-    if larger is None or watch.left < 0.5 * time_limit:
+    if plan.status == "optimal" or not chain.multi_channel_cuts or watch.left < 0.5 * time_limit:
+        return plan
+    larger = _series_chain(problem, module_size)
+    if larger is None:
         return plan
     size, chain = larger
     again = solve_chain(problem, chain, time_limit=watch.left, seed=seed, workers=workers,
