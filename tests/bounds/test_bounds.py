@@ -6,7 +6,7 @@ from conftest import graph, two_device_platform
 import diviml
 from diviml import Objective, Problem
 from diviml.bounds import critical_path_bound, lower_bound, memory_path_bound, work_bound
-from diviml.generators import layered_dag
+from diviml.generators import layered_dag, random_dag
 from diviml.simulate import pipeline_loads
 
 
@@ -93,3 +93,26 @@ def test_the_path_work_lp_is_not_tried_when_its_measured_cost_exceeds_its_share(
     assert path_work_bound(p, time_limit=needs * 100) > critical_path_bound(p) * 0.99
     # GPT-3 on six servers (about 6,000 tasks and 7,000 edges on 26 devices) would outlast a minute's solve
     assert path_work_seconds(7000, 6000, 26) > 60
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_spread_point_is_a_feasible_point_of_the_path_work_lp_so_never_below_it(seed):
+    from diviml.bounds import path_work_bound
+    from diviml.bounds._latency import spread_point_value
+    for make in (layered_dag, random_dag):
+        p = Problem(make(24, seed=seed), diviml.preset("paper-server"), Objective("latency"))
+        assert spread_point_value(p) >= path_work_bound(p) * (1 - 1e-6) > 0
+
+
+def test_the_path_work_lp_is_skipped_where_its_feasible_point_shows_it_cannot_lift_the_bound():
+    from diviml.bounds import path_work_bound
+    from diviml.bounds._latency import spread_point_value
+    two_gpus = diviml.Platform((diviml.Device("g0", "gpu", link=diviml.Link(16e9, 1e-5)),
+                                diviml.Device("g1", "gpu", link=diviml.Link(16e9, 1e-5))))
+    chain = diviml.TaskGraph.create([diviml.Task(f"t{i}", {"gpu": 1.0}) for i in range(6)],
+                                    [(f"t{i}", f"t{i + 1}") for i in range(5)])
+    p = Problem(chain, two_gpus, Objective("latency"))
+    assert spread_point_value(p) == pytest.approx(6.0) == critical_path_bound(p)  # a chain spread evenly
+    assert path_work_bound(p, floor=critical_path_bound(p)) == 0.0 < path_work_bound(p)
+    q = Problem(layered_dag(24, seed=1), diviml.preset("paper-server"), Objective("latency"))
+    assert path_work_bound(q, floor=critical_path_bound(q)) == path_work_bound(q)  # where it may lift, it runs

@@ -218,6 +218,17 @@ def test_ip_keeps_its_warm_start_and_says_why_when_the_ip_cannot_be_built_in_the
     assert any("would take longer to build" in note and "--time-limit" in note for note in plan.notes)
 
 
+def test_the_ip_stops_at_a_warm_start_that_meets_the_lower_bound_and_calls_it_optimal():
+    tasks = [diviml.Task(name, {"gpu": 1.0}) for name in "abcd"]  # independent: two per device is the bound
+    link = diviml.Link(16e9, 1e-5)
+    gpus = diviml.Platform((diviml.Device("g0", "gpu", 16e9, link=link), diviml.Device("g1", "gpu", 16e9, link=link)))
+    problem = Problem(TaskGraph.create(tasks, []), gpus, Objective("pipeline"))
+    plan = diviml.solve(problem, "ip", time_limit=30)
+    assert plan.status == "optimal" and plan.objective == pytest.approx(2.0) and plan.solve_time_s < 10
+    assert any("meets the lower bound" in note for note in plan.notes)
+    assert validate(plan, problem).ok
+
+
 @pytest.mark.parametrize("symmetry", ["tasks+servers", "busy+servers"])
 def test_the_ip_with_identical_servers_in_order_keeps_the_optimum(symmetry):
     from conftest import two_servers

@@ -18,6 +18,8 @@
   descendants).
 The bound of a problem is the largest; a plan says which in ``bound_source``. Each bound lives in the module
 of its kind (``_simple``, ``_latency``, ``_segments``, ``_batch``, ``_energetic``, ...) and is named here.
+The energetic bound's heads and tails (``earliest_starts``, ``least_deliveries``) are named here too: exact's
+windows fold the graph outside a window into them.
 """
 
 from __future__ import annotations
@@ -26,14 +28,14 @@ from time import perf_counter
 
 from ..problem import Problem
 from ._batch import batch_path_work_bound
-from ._energetic import Cut, energetic_bound, energetic_cuts
+from ._energetic import Cut, earliest_starts, energetic_bound, energetic_cuts, least_deliveries
 from ._hops import hop_work_bound
 from ._integer import integer_work_bound, integer_work_counts, may_lift
 from ._latency import memory_path_bound, path_work_bound, path_work_seconds
 from ._segments import Relaxation, memory_segments_bound, memory_segments_relaxation
 from ._simple import critical_path_bound, spread_bound, work_bound
 
-__all__ = ["BOUND_SOURCES", "Cut", "Relaxation", "batch_path_work_bound", "critical_path_bound", "energetic_bound", "energetic_cuts", "hop_work_bound", "integer_work_bound", "integer_work_counts", "lower_bound", "lower_bound_source",
+__all__ = ["BOUND_SOURCES", "Cut", "Relaxation", "batch_path_work_bound", "critical_path_bound", "earliest_starts", "energetic_bound", "energetic_cuts", "hop_work_bound", "integer_work_bound", "integer_work_counts", "least_deliveries", "lower_bound", "lower_bound_source",
            "memory_path_bound", "memory_segments_bound", "memory_segments_relaxation", "path_work_bound", "path_work_seconds", "serial_upper_bound", "share_lower_bound",
            "spread_bound", "work_bound"]
 
@@ -74,7 +76,7 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
         found[HOP_WORK_LP] = hop_work_bound(problem, _half(left()))
         found[MEMORY_PATH_LP] = memory_path_bound(problem, left())
         found[MEMORY_SEGMENTS] = memory_segments_bound(problem, _half(left()))  # the plans need the rest
-        found[PATH_WORK_LP] = path_work_bound(problem, left())
+        found[PATH_WORK_LP] = path_work_bound(problem, left(), floor=max(found.values()))
         found[BATCH_PATH_WORK_LP] = batch_path_work_bound(problem, left())
         found[ENERGETIC_LP] = energetic_bound(problem, _half(left()), floor=max(found.values()))
         # whole tasks lift the work LP by about a task's time: tried where that can make it the largest

@@ -18,7 +18,9 @@ def server_kinds(problem: Problem) -> dict[str, list[str]]:
     """Device names by kind: a device type on one group of alike servers (the same kinds of device in the
     same numbers), or the type alone where all servers are alike. Any plan maps onto the kinds, so the LP stays
     a relaxation however they are drawn; kinds on different servers let it charge the network (a host CPU on
-    every server would otherwise carry tensors between servers for free)."""
+    every server would otherwise carry tensors between servers for free). Coarser than
+    :func:`diviml.interchangeable.server_kind`, which symmetry breaking uses (peer links and device order
+    count there): a relaxation may pool servers that a plan cannot swap."""
     platform = problem.platform
     on: dict[str, list] = {}
     for d in platform.devices:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from ...bounds._energetic import earliest_starts, least_deliveries
+from ...bounds import earliest_starts, least_deliveries
 from ...problem import Problem
 from .cpsat import solve_jobs
 from .jobs import JobGraph
