@@ -25,6 +25,7 @@ from ...bounds import IP
 from ...plan import Plan
 from ...problem import Problem
 from ...simulate import pipeline_loads
+from .. import PROVEN_GAP
 from ..baselines import greedy
 from ..engines.linear import LinearModel, solve_linear
 from ..engines.plans import Stopwatch, make_plan, plans_of
@@ -38,7 +39,6 @@ from .polish import polish
 
 NAME = "ip"
 POLISHED = 2  # warm starts polished, the best first
-PROVEN = 2e-6  # a warm start this close above the lower bound is optimal
 
 
 def build(problem: Problem, contracted: Contracted, symmetry: str, unit: float = 1.0):
@@ -270,8 +270,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
     # first, while there is time: it is kept with the problem, and every plan below (the warm starts' too) reads it
     generic = lower_bound(problem, watch.left / 4)
     start = warm_start(problem, watch, generic)
-    # proven by the bound (within the hair the LP bounds keep below their optimum, for HiGHS's tolerance)
-    if start is not None and start.objective <= generic * (1 + PROVEN):
+    if start is not None and start.objective <= generic + PROVEN_GAP * start.objective:  # optimal, as statuses go
         return make_plan(problem, placement=start.placement, solver=NAME, status="optimal", watch=watch, notes=[
             f"the warm start ({start.solver}) meets the lower bound: optimal without the IP", *start.notes])
     scale = start.objective if start else generic
