@@ -106,3 +106,14 @@ def test_the_batch_bound_sees_that_small_parts_shorten_the_path_but_add_work():
     plan = diviml.solve(p, "exact", time_limit=10)
     assert plan.objective == pytest.approx(3.0) and plan.status == "optimal"
     assert plan.bound_source == "batch path-work LP" or plan.bound == pytest.approx(3.0, rel=1e-5)
+
+
+def test_the_batch_lp_is_not_tried_when_its_measured_cost_exceeds_its_share():
+    from diviml.bounds._batch import batch_path_work_seconds
+    p = Problem(layered_dag(60, seed=2), diviml.preset("paper-server"), Objective("batch", batch_size=8))
+    needs = batch_path_work_seconds(p)
+    assert batch_path_work_bound(p, time_limit=needs / 2) == 0.0  # dropped without being tried
+    assert batch_path_work_bound(p, time_limit=needs * 1000 + 5) > critical_path_bound(p)
+    # a model of 5,000 tasks on 9 devices (GPT-3's prefill over h100-nvlink-8) would outlast a minute's solve
+    big = Problem(layered_dag(5000, seed=0), diviml.preset("h100-nvlink-8"), Objective("batch", batch_size=8))
+    assert batch_path_work_seconds(big) > 60

@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..problem import Problem
-from ._batch import batch_path_work_lp, size_ranges
+from ._batch import batch_path_work_lp, batch_path_work_seconds, size_ranges
 from ._latency import path_work_lp, path_work_seconds
 from ._lp import _KeyedLP, _least_makespan
 
@@ -105,9 +105,9 @@ def energetic_bound(problem: Problem, time_limit: float | None = None, floor: fl
     if kind not in ("latency", "batch"):
         return 0.0
     graph, devices = problem.graph, problem.platform.devices
-    if kind == "latency" and time_limit is not None and \
-            path_work_seconds(len(graph.edges), len(graph), len(devices)) > time_limit:
-        return 0.0
+    if time_limit is not None and (path_work_seconds(len(graph.edges), len(graph), len(devices)) if kind == "latency"
+                                   else batch_path_work_seconds(problem)) > time_limit:
+        return 0.0  # its LP alone would not finish in the time
     stop = None if time_limit is None else perf_counter() + time_limit
     jobs = _latency_jobs(problem) if kind == "latency" else _batch_jobs(problem)
     count = int(math.sqrt(NONZEROS / max(1, len(jobs) * max(map(len, jobs.values())))))
