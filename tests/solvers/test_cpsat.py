@@ -2,13 +2,14 @@
 
 import pytest
 from conftest import busy_machine
+from ortools.sat.python import cp_model
 
 import diviml
 from diviml import Objective, Problem
 from diviml.bounds import energetic_bound, energetic_cuts, lower_bound
 from diviml.generators import layered_dag, random_dag
 from diviml.solvers.baselines import heft
-from diviml.solvers.engines.cpsat import solve_jobs
+from diviml.solvers.engines.cpsat import seconds_for, solve_jobs
 from diviml.solvers.engines.jobs import JobGraph
 
 
@@ -100,3 +101,13 @@ def test_the_cuts_keep_the_proven_optimum(seed):
     upper = diviml.solve(problem, "heft", time_limit=10).objective
     plain, cut = (solve_jobs(jobs, upper=upper, time_limit=30, workers=1, cuts=cuts) for cuts in ((), energetic_cuts(problem)))
     assert plain.status == cut.status == "optimal" and cut.objective == pytest.approx(plain.objective, rel=1e-6)
+
+
+def test_cp_sat_is_given_its_time_less_what_loading_a_large_model_runs_over():
+    large, small = cp_model.CpModel(), cp_model.CpModel()
+    for _ in range(100_000):
+        large.new_bool_var("")
+    small.new_bool_var("")
+    assert seconds_for(large, 10.0) == pytest.approx(9.7)  # 3 us a variable kept back
+    assert seconds_for(small, 0.1) == pytest.approx(0.1, abs=1e-5)  # a module solve keeps its whole slice
+    assert seconds_for(large, 0.1) == 0.01  # never nothing

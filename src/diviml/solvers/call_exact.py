@@ -38,7 +38,7 @@ from ..plan import Plan
 from ..problem import Problem
 from ..simulate import call_latency
 from .baselines import best_device, greedy
-from .engines.cpsat import Progress
+from .engines.cpsat import Progress, seconds_for
 from .engines.plans import Stopwatch, best_of, make_plan
 from .engines.symmetry import groups, relabel_by_score
 
@@ -290,7 +290,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
         progress(f"  call-exact: {len(model.units)} calls, warm start "
                  + (f"{start.objective:.6g} ({start.solver}{'' if hinted else ', not a hint'})" if start else "none"))
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(watch.left, 0.05)
+    solver.parameters.max_time_in_seconds = max(seconds_for(model.m, watch.left), 0.05)
     solver.parameters.random_seed = seed
     solver.parameters.num_workers = workers or max(os.cpu_count() or 1, 1)
     code = solver.solve(model.m, Progress(progress, model.tick)) if progress else solver.solve(model.m)
