@@ -18,6 +18,7 @@ from ..plan import Plan
 from ..problem import Problem
 from .baselines import best_device, data_parallel, heft
 from .baselines.priced_segments import priced_segments_plan
+from .baselines.streamed import streamed_plan
 from .engines.jobs import JobGraph, batch_splits
 from .engines.outcome import Engine
 from .engines.plans import Stopwatch, best_of, better_bound, plan_from_jobs
@@ -31,7 +32,8 @@ BASELINE_S_PER_TASK = 1e-4  # HEFT, its simulation and validation, per task (50,
 def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25) -> Plan | None:
     """The best of HEFT, the best single device, (latency) the best runs of whole layers and the memory
     segments bound's placements spliced (:mod:`.baselines.priced_segments`), and (batch objective)
-    data parallelism with unequal shares, or None when none fits the memory. The problem's lower bound is
+    data parallelism with unequal shares and the batch streamed through a pipeline's placement
+    (:mod:`.baselines.streamed`), or None when none fits the memory. The problem's lower bound is
     computed first, with ``bound_share`` of the
     time left: each plan asks for it, and the first to ask would otherwise give its LPs all the time there is
     (a caller running this beside other work, in a process of its own, can give it more: see
@@ -40,6 +42,8 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
     attempts = []
     if problem.objective.kind == "batch" and best_device.candidates(problem):
         attempts.append(lambda: data_parallel.solve(problem, time_limit=max(watch.left / 10, 1e-3)))
+    if problem.objective.kind == "batch":  # a model spread over devices for its memory: the batch pipelined
+        attempts.append(lambda: streamed_plan(problem, Stopwatch(max(watch.left / 4, 1e-3))))
     if problem.objective.kind == "latency":  # a model of layers over servers, each layer over a server's
         # devices (GPT-3 over six servers: 4% under HEFT): first, while the time is there for its layer schedules
         attempts.append(lambda: server_layer_plan(problem, Stopwatch(max(watch.left / 2, 1e-3))))

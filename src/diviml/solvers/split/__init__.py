@@ -35,8 +35,9 @@ off over-full devices (:func:`repair_memory`). The final plan is always simulate
 Batch objective: as in :mod:`.exact`, the batch is split into L near-equal sub-batches (the promising L
 in 1 .. K, :func:`.search.promising_splits`), each a
 copy of the graph; the state is the exit device of every copy, and the exit options are each single
-device for all copies or free. The plan is the best of the join's plans and the baselines (HEFT, best
-single device); its bound is the problem's lower bound.
+device for all copies or free. The plan is the best of the join's plans and the baselines
+(:func:`..search.baseline_plan`: HEFT, best single device, data parallelism, the batch streamed through a
+pipeline); its bound is the problem's lower bound.
 """
 
 from __future__ import annotations
