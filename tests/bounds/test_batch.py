@@ -117,3 +117,24 @@ def test_the_batch_lp_is_not_tried_when_its_measured_cost_exceeds_its_share():
     # a model of 5,000 tasks on 9 devices (GPT-3's prefill over h100-nvlink-8) would outlast a minute's solve
     big = Problem(layered_dag(5000, seed=0), diviml.preset("h100-nvlink-8"), Objective("batch", batch_size=8))
     assert batch_path_work_seconds(big) > 60
+
+
+def test_one_requests_latency_bounds_a_batch_where_memory_spreads_the_model():
+    from diviml.bounds._batch import one_request_bounds
+    lifted = 0
+    for seed in range(40):  # those of the small problems where a GPU is short of memory
+        problem = random_batch_problem(seed)
+        path, segments = one_request_bounds(problem)
+        if max(path, segments) > 0:
+            assert max(path, segments) <= brute_force_optimum(problem) * (1 + 1e-9)
+            lifted += max(path, segments) > batch_path_work_bound(problem)
+    assert lifted >= 1
+    # not where a larger part is faster per task than one sample (the sample's path could not be priced at 1)
+    gpus = Platform((Device("g0", "fast", 1.0, link=Link(1.0, 0.0)), Device("g1", "slow", 1.0, link=Link(1.0, 0.0))))
+
+    def two_layers(at_two: float) -> Problem:  # each device holds one of the two tasks: one runs on the slow one
+        tasks = [Task(t, {"fast": 2.0, "slow": 4.0}, time_by_batch={"fast": {1: 2.0, 2: at_two},
+                                                                    "slow": {1: 4.0, 2: 2 * at_two}},
+                      memory_bytes=1.0) for t in "ab"]
+        return Problem(TaskGraph.create(tasks, [("a", "b")]), gpus, Objective("batch", batch_size=2))
+    assert max(one_request_bounds(two_layers(3.0))) > 0 and one_request_bounds(two_layers(1.0)) == (0, 0)

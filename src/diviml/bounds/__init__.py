@@ -12,7 +12,8 @@
 - memory segments: the same with whole tasks and transfers between kinds of device, over the segments
   between series points (column generation, a MILP per distinct segment);
 - batch path-work: for the batch objective, an LP that prices each part at its batched time on the mean
-  sample's path and on its device's work together;
+  sample's path and on its device's work together; and, where the graph is one request, the memory path LP
+  and the memory segments bound of that request's latency (every sample's path is such a schedule);
 - energetic: the path-work LP (latency) or the batch one with each device's work counted in the windows
   between its tasks' heads and tails (the work that must run after a chain of ancestors and before a chain of
   descendants).
@@ -27,7 +28,7 @@ from __future__ import annotations
 from time import perf_counter
 
 from ..problem import Problem
-from ._batch import batch_path_work_bound
+from ._batch import batch_path_work_bound, one_request_bounds
 from ._energetic import Cut, earliest_starts, energetic_bound, energetic_cuts, least_deliveries
 from ._hops import hop_work_bound
 from ._integer import integer_work_bound, integer_work_counts, may_lift
@@ -78,6 +79,8 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
         found[MEMORY_SEGMENTS] = memory_segments_bound(problem, _half(left()))  # the plans need the rest
         found[PATH_WORK_LP] = path_work_bound(problem, left(), floor=max(found.values()))
         found[BATCH_PATH_WORK_LP] = batch_path_work_bound(problem, left())
+        path, segments = one_request_bounds(problem, _half(left()))  # batch: one request's latency bounds it
+        found[MEMORY_PATH_LP], found[MEMORY_SEGMENTS] = max(found[MEMORY_PATH_LP], path), max(found[MEMORY_SEGMENTS], segments)
         found[ENERGETIC_LP] = energetic_bound(problem, _half(left()), floor=max(found.values()))
         # whole tasks lift the work LP by about a task's time: tried where that can make it the largest
         found[WORK_MILP] = (integer_work_bound(problem, _half(left()))

@@ -8,10 +8,13 @@ kernels are launch-bound). Here a plan's choice of part sizes costs it on both s
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from time import perf_counter
 
-from ..problem import Problem
+from ..problem import Objective, Problem
+from ._latency import memory_path_bound
 from ._lp import _KeyedLP, _least_makespan, _tolerated, _unit
+from ._segments import memory_segments_bound
 from ._simple import _cheapest_move, _unit_costs
 
 SINGLE_SIZES = 16  # part sizes priced one by one up to here; above, in ranges that double
@@ -151,3 +154,30 @@ def _memory_rows(problem: Problem, lp: _KeyedLP, share: dict[str, dict[str, dict
                     row[key] = x * t.memory_bytes / scale
         if row:
             lp.ub(row, _tolerated(capacity) / scale)
+
+
+def one_request_bounds(problem: Problem, time_limit: float | None = None) -> tuple[float, float]:
+    """Batch objective: the memory path LP and the memory segments bound of one request's latency, which a
+    batch's makespan is at least (0 where they do not hold or apply).
+
+    Every sample's parts form a placement of the graph with one device per task, each device holding the
+    memory of every task it runs a part of, so the sample's path is a latency schedule within the devices'
+    memory; its tasks take at least their time at one sample, and its tensors at least one sample's transfer.
+    That holds where the graph's times are for one request (batch size 1) and no task is faster on a larger
+    part. These bounds see what the batch LPs do not: memory that spreads a model over many devices (GPT-3's
+    BF16 prefill of 8 requests over six-servers: 1.105 s, the critical path, to 1.326 s)."""
+    graph = problem.graph
+    if problem.objective.kind != "batch" or graph.batch_size != 1 or not _slower_on_larger_parts(problem):
+        return 0.0, 0.0
+    stop = None if time_limit is None else perf_counter() + time_limit
+    one = replace(problem, objective=Objective("latency"))
+    left = (lambda: None) if stop is None else (lambda: max(stop - perf_counter(), 0.0))
+    return memory_path_bound(one, left()), memory_segments_bound(one, left())
+
+
+def _slower_on_larger_parts(problem: Problem) -> bool:
+    """Whether every task takes at least its one-sample time on every part size of the batch (per device type)."""
+    one_of_type = {d.type: d.name for d in problem.platform.devices}.values()
+    return all(problem.time(t, d, b) >= problem.time(t, d, 1)
+               for t in problem.graph.topological_order for d in one_of_type if d in problem.allowed_devices[t]
+               for b in range(2, problem.batch_size + 1))
