@@ -143,11 +143,10 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
 def _walk(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, share: Stopwatch, watch: Stopwatch,
           walks: _Walks, background: Background, *, bounds: bool, module_time_limit: float, seed: int, progress,
           label: str) -> None:
-    """Join the chain for one batch split, keeping the better plan in ``walks``; where module solves were left
-    unfinished, walk again with 4x their time, and 4x the cap on one solve's time where that is what stopped
-    them (on a chain of series cuts a tighter bound; on any chain maybe a better plan; proven answers are
-    reused, so the time goes to the rest) while the split's share of the time lasts (googlenet at batch 8:
-    3.032 -> 2.986 ms in the 24 s that one walk per split left unused)."""
+    """Join the chain for one batch split, keeping the better plan in ``walks``; on a chain of series cuts with
+    unfinished module solves, walk again with 4x their time, and 4x the cap on one solve's time where that is
+    what stopped them (a tighter bound, maybe a better plan; proven answers are reused, so the time goes to
+    the rest) while the split's share of the time lasts."""
     memory_binds = bool(JobGraph.whole(problem).memory_limits())
     exact_chain = separable(problem, chain)
     scale, cap = 1.0, module_time_limit
@@ -165,7 +164,7 @@ def _walk(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, sh
         if plan is not None and (walks.best is None or plan.objective < walks.best.objective):
             _keep(walks, plan, res, sizes)
         unproven = res.counts.optimal < res.counts.solves
-        if walks.proven or plan is None or not unproven or share.left < 0.05 * share.limit:
+        if walks.proven or plan is None or not bounds or not unproven or share.left < 0.05 * share.limit:
             return
         scale *= 4
         if not res.share_bound:  # the solves left open ran into the cap on one solve, not the step's share
