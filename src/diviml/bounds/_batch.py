@@ -166,18 +166,22 @@ def one_request_bounds(problem: Problem, time_limit: float | None = None) -> tup
     That holds where the graph's times are for one request (batch size 1) and no task is faster on a larger
     part. These bounds see what the batch LPs do not: memory that spreads a model over many devices (GPT-3's
     BF16 prefill of 8 requests over six-servers: 1.105 s, the critical path, to 1.326 s)."""
-    graph = problem.graph
-    if problem.objective.kind != "batch" or graph.batch_size != 1 or not _slower_on_larger_parts(problem):
+    if problem.objective.kind != "batch" or problem.graph.batch_size != 1:
         return 0.0, 0.0
     stop = None if time_limit is None else perf_counter() + time_limit
     one = replace(problem, objective=Objective("latency"))
-    left = (lambda: None) if stop is None else (lambda: max(stop - perf_counter(), 0.0))
-    return memory_path_bound(one, left()), memory_segments_bound(one, left())
+    path = memory_path_bound(one, time_limit)  # 0 at once where memory keeps nothing off the fastest devices
+    segments = memory_segments_bound(one, None if stop is None else max(stop - perf_counter(), 0.0))
+    if max(path, segments) > 0 and not _slower_on_larger_parts(problem):  # checked only where it matters
+        return 0.0, 0.0
+    return path, segments
 
 
 def _slower_on_larger_parts(problem: Problem) -> bool:
-    """Whether every task takes at least its one-sample time on every part size of the batch (per device type)."""
-    one_of_type = {d.type: d.name for d in problem.platform.devices}.values()
+    """Whether every task takes at least its one-sample time on every part size of the batch (times are per
+    device type: one allowed device of each type is asked)."""
+    by_name = problem.platform.by_name
     return all(problem.time(t, d, b) >= problem.time(t, d, 1)
-               for t in problem.graph.topological_order for d in one_of_type if d in problem.allowed_devices[t]
+               for t in problem.graph.topological_order
+               for d in {by_name[d].type: d for d in problem.allowed_devices[t]}.values()
                for b in range(2, problem.batch_size + 1))

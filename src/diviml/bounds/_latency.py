@@ -106,8 +106,8 @@ def spread_point_value(problem: Problem) -> float:
         fastest[t] = frozenset(d for d, x in times.items() if x <= least[t])
     timed = Counter(fastest[t] for t in graph.topological_order if least[t] > 0)
     main = max(timed, key=timed.__getitem__) if timed else frozenset()
-    share = {t: dict.fromkeys(main if main and main <= f else f, 1.0 / len(main if main and main <= f else f))
-             for t, f in fastest.items()}
+    spread = {t: main if main and main <= f else f for t, f in fastest.items()}
+    share = {t: dict.fromkeys(devices, 1.0 / len(devices)) for t, devices in spread.items()}
     work: dict[str, float] = {}
     finish: dict[str, float] = {}
     for v in graph.topological_order:
