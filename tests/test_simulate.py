@@ -42,6 +42,20 @@ def test_batch_parts_pass_rows_through_and_only_wait_for_overlapping_rows():
     assert crossed.makespan == 1 + 4 + 1  # each sample of a (4 bytes, the graph is per sample) crosses
 
 
+def test_a_part_waits_for_exactly_the_producer_parts_whose_rows_it_reads():
+    g = graph({"a": ({"x": 1, "y": 1}, 0), "b": ({"x": 1, "y": 1}, 0)}, [("a", "b")])
+    p = Problem(g, two_device_platform(), Objective("batch", batch_size=8))
+    # a sample costs 1: a's rows 0-2 run on P1 over [0, 3], rows 3-7 on P2 over [0, 5]; b's rows 0-1, 2-5
+    # and 6-7 then run on P1 in turn
+    s = schedule(p, {"a": [("P1", 3), ("P2", 5)], "b": [("P1", 2), ("P1", 4), ("P1", 2)]},
+                 order={"P1": [("a", 0), ("b", 0), ("b", 1), ("b", 2)], "P2": [("a", 1)]})
+    start = {(j.task, j.offset): j.start for j in s.jobs}
+    assert start[("b", 0)] == 3  # rows 0-1 read a's first part only: not held up by the second (ends at 5)
+    assert start[("b", 2)] == 5  # rows 2-5 read both parts
+    assert start[("b", 6)] == 9  # rows 6-7 read the second part, done long before: P1 was busy
+    assert s.makespan == 11
+
+
 def test_pipeline_load_counts_compute_and_each_devices_own_transfers():
     p = _diamond("pipeline")
     loads = pipeline_loads(p, {"a": "P1", "b": "P2", "c": "P1", "d": "P1"})

@@ -143,10 +143,10 @@ class Problem:
         return StageOrder.of(self)
 
     def time(self, task_id: str, device: str, batch: int | None = None) -> float:
-        key = (task_id, device, batch)
+        key = (task_id, self.platform.by_name[device].type, batch)  # devices of one type share their times
         value = self._times.get(key)
         if value is None:
-            value = self._times[key] = self.graph.time_at(task_id, self.platform.by_name[device].type, batch)
+            value = self._times[key] = self.graph.time_at(task_id, key[1], batch)
         return value
 
     def transfer(self, task_id: str, src: str, dst: str, scale: float = 1.0) -> float:

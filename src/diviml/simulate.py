@@ -12,6 +12,7 @@ each producer part, only the rows it overlaps, so identically split tasks pass r
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -53,29 +54,33 @@ def _offsets(parts: Sequence[tuple[str, int]]) -> list[int]:
     return out
 
 
+def _overlapping(parts: Sequence[tuple[str, int]], offsets: Sequence[int], lo: int, hi: int):
+    """(index, device, rows shared) of the parts that overlap rows [lo, hi) (offsets ascend: a bisection finds
+    the first, so a part of many reads only its own rows' producers, not every part of them)."""
+    k = max(bisect_right(offsets, lo) - 1, 0)
+    while k < len(parts) and offsets[k] < hi:
+        dev, b = parts[k]
+        overlap = min(hi, offsets[k] + b) - max(lo, offsets[k])
+        if overlap > 0:
+            yield k, dev, overlap
+        k += 1
+
+
 def _ready_time(problem: Problem, task: str, device: str, lo: int, hi: int, parts: Parts,
-                finish: Mapping[tuple[str, int], float]) -> float:
+                offsets: Mapping[str, Sequence[int]], finish: Mapping[tuple[str, int], float]) -> float:
     """When rows [lo, hi) of every input of ``task`` are on ``device``."""
     graph = problem.graph
     ready = 0.0
     for u in graph.predecessors[task]:
-        for k, ((dev, b), off) in enumerate(zip(parts[u], _offsets(parts[u]))):
-            overlap = min(hi, off + b) - max(lo, off)
-            if overlap <= 0:
-                continue
-            scale = overlap / graph.batch_size
-            ready = max(ready, finish[(u, k)] + problem.transfer(u, dev, device, scale))
+        for k, dev, overlap in _overlapping(parts[u], offsets[u], lo, hi):
+            ready = max(ready, finish[(u, k)] + problem.transfer(u, dev, device, overlap / graph.batch_size))
     return ready
 
 
-def _inputs(graph, parts: Parts, task: str, lo: int, hi: int) -> list[tuple[str, int]]:
+def _inputs(graph, parts: Parts, offsets: Mapping[str, Sequence[int]], task: str, lo: int,
+            hi: int) -> list[tuple[str, int]]:
     """(producer, part index) pairs whose rows overlap rows [lo, hi) of ``task``."""
-    out = []
-    for u in graph.predecessors[task]:
-        for k, ((_, b), off) in enumerate(zip(parts[u], _offsets(parts[u]))):
-            if min(hi, off + b) > max(lo, off):
-                out.append((u, k))
-    return out
+    return [(u, k) for u in graph.predecessors[task] for k, _, _ in _overlapping(parts[u], offsets[u], lo, hi)]
 
 
 def bottom_levels(problem: Problem, device_of: Mapping[str, str]) -> dict[str, float]:
@@ -100,6 +105,7 @@ def schedule(problem: Problem, parts: Parts, order: Mapping[str, Sequence[tuple[
             raise ValidationError(f"task {t.id!r} covers {total} samples, not the batch of {problem.batch_size}")
     if order is None:
         order = list_order(problem, parts)
+    offsets = {t: _offsets(p) for t, p in parts.items()}
     finish: dict[tuple[str, int], float] = {}
     jobs: list[Job] = []
     free = {d: 0.0 for d in order}
@@ -115,12 +121,12 @@ def schedule(problem: Problem, parts: Parts, order: Mapping[str, Sequence[tuple[
             while heads[dev] < len(seq):
                 task, k = seq[heads[dev]]
                 device, b = parts[task][k]
-                off = _offsets(parts[task])[k]
-                if any(key not in finish for key in _inputs(graph, parts, task, off, off + b)):
+                off = offsets[task][k]
+                if any(key not in finish for key in _inputs(graph, parts, offsets, task, off, off + b)):
                     break
                 if device != dev:
                     raise ValidationError(f"part {k} of task {task!r} is placed on {device!r} but ordered on {dev!r}")
-                start = max(free[dev], _ready_time(problem, task, dev, off, off + b, parts, finish))
+                start = max(free[dev], _ready_time(problem, task, dev, off, off + b, parts, offsets, finish))
                 end = start + problem.time(task, dev, b)
                 finish[(task, k)] = end
                 free[dev] = end

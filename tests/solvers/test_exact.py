@@ -200,6 +200,14 @@ def test_a_batch_split_far_behind_the_best_under_heft_is_not_searched():
     assert values == sorted(values)
 
 
+def test_the_heft_runs_that_rank_the_batch_splits_keep_to_their_share_of_the_time():
+    from diviml.solvers.engines.plans import Stopwatch
+    problem = Problem(layered_dag(30, seed=1), diviml.preset("paper-server"), Objective("batch", batch_size=8))
+    # no time left: the whole batch alone is ranked (its HEFT is the cheapest), none of the splits after it
+    assert promising_splits(problem, Stopwatch(0.0)) == [(8,)]
+    assert len(promising_splits(problem, Stopwatch(60.0))) == len(batch_splits(problem))
+
+
 def test_gurobi_size_limit_is_said_in_one_line_and_highs_solves_instead():
     from diviml.solvers.engines.linear import LinearModel, solve_linear
     m = LinearModel()

@@ -1,5 +1,7 @@
 """The streamed baseline: a pipeline's placement with the batch run through it a sub-batch at a time."""
 
+import time
+
 import pytest
 
 import diviml
@@ -32,6 +34,18 @@ def test_the_exact_batch_plan_starts_from_the_streamed_one_and_is_never_worse():
     problem = Problem(_layers(6, 12e9), diviml.preset("paper-server"), Objective("batch", batch_size=4))
     streamed = diviml.solve(problem, "streamed", time_limit=10)
     assert diviml.solve(problem, "exact", time_limit=5).objective <= streamed.objective * (1 + 1e-9)
+
+
+def test_a_short_time_limit_ends_the_search_over_sub_batch_counts_coarse_ones_first():
+    # 64 layers at a batch of 64: each count of sub-batches is a simulation of up to 8,192 parts
+    problem = Problem(_layers(64, 2e9), diviml.preset("paper-server"), Objective("batch", batch_size=64))
+    started = time.perf_counter()
+    plan = diviml.solve(problem, "streamed", time_limit=1.5)
+    assert time.perf_counter() - started <= 1.5 + 0.5
+    assert validate(plan, problem).ok and any("sub-batches" in note for note in plan.notes)
+    # the counts 1, the powers of two and the batch size come first: on a chain the finest stream, one
+    # sample at a time, is the best, and it is reached before the time runs out
+    assert plan.objective <= diviml.solve(problem, "streamed", time_limit=60).objective * (1 + 1e-9)
 
 
 def test_streamed_is_for_batches():

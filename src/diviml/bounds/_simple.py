@@ -30,15 +30,18 @@ def _unit_costs(problem: Problem) -> dict[str, dict[str, float]]:
         return memo["unit_costs"]
     n = problem.batch_size
     kind = problem.objective.kind
+    by_name = problem.platform.by_name
     out: dict[str, dict[str, float]] = {}
     for t in problem.graph.tasks:
+        by_type: dict[str, float] = {}  # devices of one type share their times: priced once
         out[t.id] = {}
         for d in problem.allowed_devices[t.id]:
-            if kind == "batch":
-                # any part of b samples costs >= b * (best time per sample over sizes 1..n)
-                out[t.id][d] = n * min(problem.time(t.id, d, b) / b for b in range(1, n + 1))
-            else:
-                out[t.id][d] = problem.time(t.id, d)
+            kind_of_device = by_name[d].type
+            if kind_of_device not in by_type:
+                # batch: any part of b samples costs >= b * (best time per sample over sizes 1..n)
+                by_type[kind_of_device] = (n * min(problem.time(t.id, d, b) / b for b in range(1, n + 1))
+                                           if kind == "batch" else problem.time(t.id, d))
+            out[t.id][d] = by_type[kind_of_device]
     memo["unit_costs"] = out
     return out
 
@@ -46,11 +49,13 @@ def _unit_costs(problem: Problem) -> dict[str, dict[str, float]]:
 def critical_path_bound(problem: Problem) -> float:
     graph = problem.graph
     n = problem.batch_size
+    by_name = problem.platform.by_name
     cost = {}
     for t in graph.tasks:
         if problem.objective.kind == "batch":
-            # a sample's path visits one part per task; a part of b >= 1 samples
-            cost[t.id] = min(problem.time(t.id, d, b) for d in problem.allowed_devices[t.id] for b in range(1, n + 1))
+            # a sample's path visits one part per task; a part of b >= 1 samples (one device per type asked)
+            types = {by_name[d].type: d for d in problem.allowed_devices[t.id]}.values()
+            cost[t.id] = min(problem.time(t.id, d, b) for d in types for b in range(1, n + 1))
         else:
             cost[t.id] = min(problem.time(t.id, d) for d in problem.allowed_devices[t.id])
     if problem.objective.kind == "pipeline":

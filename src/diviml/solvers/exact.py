@@ -84,10 +84,11 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
             windows = window_bound(problem, upper=upper, time_limit=budget * window_share, seed=seed, workers=workers,
                                    progress=progress)
         floor = max(windows, lower_bound(problem))  # a bound of every plan, so of those of this split too
+        hint = heft_hint(jobs, symmetry)  # before the model's clock starts: its time counts against the budget
+        cuts = energetic_cuts(problem) if jobs.sizes == (problem.batch_size,) else ()
         out = solve_jobs(jobs, upper=upper, time_limit=budget - (time.perf_counter() - began), seed=seed,
-                         workers=_workers(problem, jobs, workers), symmetry=symmetry, resolution=resolution, hint=heft_hint(jobs, symmetry),
-                         progress=progress, on_incumbent=on_incumbent, floor=floor,
-                         cuts=energetic_cuts(problem) if jobs.sizes == (problem.batch_size,) else ())
+                         workers=_workers(problem, jobs, workers), symmetry=symmetry, resolution=resolution, hint=hint,
+                         progress=progress, on_incumbent=on_incumbent, floor=floor, cuts=cuts)
         if windows >= floor > 0 and out.status != "optimal" and out.bound <= windows * (1 + 1e-6):
             return replace(out, stats={**(out.stats or {}), "bound_source": WINDOWS})  # no more than the windows'
         return out

@@ -10,6 +10,7 @@ bound.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 
 from ..bounds import lower_bound, lower_bound_source, serial_upper_bound
@@ -21,12 +22,13 @@ from .baselines.priced_segments import priced_segments_plan
 from .baselines.streamed import streamed_plan
 from .engines.jobs import JobGraph, batch_splits
 from .engines.outcome import Engine
-from .engines.plans import Stopwatch, best_of, better_bound, plan_from_jobs
+from .engines.plans import VALIDATE_S_PER_TASK, Stopwatch, best_of, better_bound, plan_from_jobs
 from .engines.symmetry import CRITERIA, relabel
 from .pipeline.layers import split_layers
 from .server_layers import server_layer_plan
 
 BASELINE_S_PER_TASK = 1e-4  # HEFT, its simulation and validation, per task (50,000 tasks: about 5 s)
+BEST_DEVICE_S_PER_TASK = 2e-4  # the best single device's plan, per task (GPT-3's 5,286 over 26 devices: 0.8 s)
 
 
 def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25) -> Plan | None:
@@ -75,6 +77,7 @@ def heft_hint(jobs: JobGraph, symmetry: str):
 
 
 SPLIT_SLACK = 1.5  # a split whose HEFT makespan is this far above the best split's is not searched
+SPLITS_SHARE = 0.1  # of the time left, what the HEFT runs that pick the splits may take
 
 
 def promising_splits(problem: Problem, watch: Stopwatch | None = None) -> list[tuple[int, ...]]:
@@ -84,19 +87,27 @@ def promising_splits(problem: Problem, watch: Stopwatch | None = None) -> list[t
     (launch-bound costs: randomly wired networks measured 1.6-2.3x worse at L = 2, 3 under HEFT) that
     fraction is wasted, and split's join had too little time for L = 1 (it kept HEFT's plan). The largest
     gain over HEFT on the same split measured was about a third (mobilenet_v3_large, batch 8), so a split
-    this far behind is unlikely to win; it is a heuristic cut, the bound does not depend on it. Splits not
-    reached by the time ``watch`` runs out are left out (the whole batch first: its HEFT is the cheapest)."""
+    this far behind is unlikely to win; it is a heuristic cut, the bound does not depend on it. The HEFT runs
+    take at most :data:`SPLITS_SHARE` of the time ``watch`` has left: one whose jobs would take longer, at the
+    rate per job of those before it, is not started, and the splits it would have tried are left out (the
+    whole batch first: its HEFT is the cheapest; GPT-3 at a batch of 32 over six-servers tried 50 splits of up
+    to 26 sub-batches for the whole 30 s of its solve)."""
     splits = batch_splits(problem)
     if len(splits) == 1:
         return splits
-    value = {}
+    share = None if watch is None else Stopwatch(watch.left * SPLITS_SHARE)
+    value: dict[tuple[int, ...], float] = {}
+    rate = 0.0  # seconds per job of the HEFT runs so far
     for sizes in splits:
-        if watch is not None and watch.expired and value:
+        jobs = JobGraph(problem, sizes)
+        if share is not None and value and rate * len(jobs.jobs) > share.left:
             break
+        began = time.perf_counter()
         try:
-            value[sizes] = heft.heft_schedule(JobGraph(problem, sizes))[2]
+            value[sizes] = heft.heft_schedule(jobs)[2]
         except InfeasibleError:
             value[sizes] = math.inf
+        rate = max(rate, (time.perf_counter() - began) / max(len(jobs.jobs), 1))
     best = min(value.values())
     if not math.isfinite(best):
         return splits
@@ -124,7 +135,8 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
         if progress and len(splits) > 1:
             progress(f"  {name}: batch split {i + 1}/{len(splits)} ({'/'.join(map(str, sizes))} samples) at "
                      f"{watch.elapsed:.1f} s, best so far {best.objective if best else float('inf'):.6g}")
-        out = engine(jobs, upper, watch.left / (len(splits) - i))
+        reserve = VALIDATE_S_PER_TASK * len(jobs.jobs)  # for making its answer a plan: simulated and validated
+        out = engine(jobs, upper, max(watch.left / (len(splits) - i) - reserve, 0.0))
         statuses.append(out.status)
         if out.status == "infeasible" and latency:
             raise InfeasibleError("no plan satisfies the memory and co-location constraints: raise the memory "
@@ -151,8 +163,9 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
                               "raise the time limit or the memory")
     if not improved:
         notes.append(f"kept the baseline plan ({baseline.solver}): the engine found nothing better")
-    if problem.objective.kind == "batch" and best_device.candidates(problem) and best.objective > 0:
-        single = best_device.solve(problem, time_limit=1.0)
+    if (problem.objective.kind == "batch" and best_device.candidates(problem) and best.objective > 0
+            and watch.left > BEST_DEVICE_S_PER_TASK * len(problem.graph)):  # the speed-up, where time is left for it
+        single = best_device.solve(problem, time_limit=watch.left)
         stats.update(best_device_objective=single.objective, speedup_vs_best_device=single.objective / best.objective)
     if best.objective <= bound * (1 + 1e-9):
         status = "optimal"

@@ -4,13 +4,14 @@ Every device that can run and hold the whole graph gets a share ``n_d`` of the b
 batch, some may be 0) and runs every task on its rows; a device's rows flow through the graph without leaving
 it. All integer shares are tried when there are at most ``MAX_COMPOSITIONS`` of them (8 samples over 3
 devices: 45), else a descent from the speed-proportional shares moving one sample at a time between two
-devices. A fast and a slow GPU then split 5/3 rather than 4/4, which equal sub-batches cannot express.
+devices, each share simulated while the time allows it and the chosen plan's own simulation after it. A fast and a slow GPU then split 5/3 rather than 4/4, which equal sub-batches cannot express.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import time
 
 from ...errors import InfeasibleError, InputError
 from ...problem import Problem
@@ -38,30 +39,40 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
                               "needs on every device it uses: use heft, split or exact")
     n = problem.batch_size
     tried: dict[tuple[int, ...], float] = {}
+    cost = [0.0]  # the most seconds one simulation has taken
 
     def parts(shares: tuple[int, ...]) -> dict:
         return {t.id: [(d, s) for d, s in zip(devices, shares) if s > 0] for t in problem.graph.tasks}
 
     def value(shares: tuple[int, ...]) -> float:
         if shares not in tried:
+            began = time.perf_counter()
             tried[shares] = evaluate(problem, parts(shares))[0]
+            cost[0] = max(cost[0], time.perf_counter() - began)
         return tried[shares]
 
-    start = proportional(n, speeds(problem, devices))
-    best = min((start, *[tuple(n if i == k else 0 for i in range(len(devices))) for k in range(len(devices))]),
-               key=value)
+    def affordable() -> bool:  # another simulation, and the chosen plan's (simulated and validated) after it
+        return watch.left > 3 * cost[0]
+
+    best = proportional(n, speeds(problem, devices))
+    value(best)
+    for k in range(len(devices)):  # the whole batch on one device
+        alone = tuple(n if i == k else 0 for i in range(len(devices)))
+        if not affordable():
+            break
+        best = min(best, alone, key=value)
     if math.comb(n + len(devices) - 1, len(devices) - 1) <= MAX_COMPOSITIONS:
         for shares in _compositions(n, len(devices)):
+            if not affordable():
+                break
             if value(shares) < value(best):
                 best = shares
-            if watch.expired:
-                break
     else:
         improved = True
-        while improved and not watch.expired:
+        while improved and affordable():
             improved = False
             for a, b in itertools.permutations(range(len(devices)), 2):
-                if watch.expired:
+                if not affordable():
                     break
                 if best[a] == 0:
                     continue

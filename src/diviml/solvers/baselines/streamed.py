@@ -15,9 +15,12 @@ a model of layers) and a topological order cut into runs (:mod:`..pipeline.chain
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
-from typing import Mapping
+from time import perf_counter
+from typing import Mapping, Sequence
 
+from ...bounds import CRITICAL_PATH, critical_path_bound, share_lower_bound
 from ...errors import InfeasibleError, InputError
 from ...plan import Plan
 from ...problem import Objective, Problem
@@ -44,24 +47,17 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0) -> Plan:
 
 
 def streamed_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
-    """The best streamed plan (module doc) over the placements and the sub-batch counts 1 .. batch size, or None
-    for other objectives, or where neither program finds a placement (co-location groups, training graphs,
-    memory)."""
+    """The best streamed plan (module doc) over the placements and the sub-batch counts 1 .. batch size, as many
+    as the time allows (:func:`_best_stream`), or None for other objectives, or where neither program finds a
+    placement (co-location groups, training graphs, memory)."""
     if problem.objective.kind != "batch":
         return None
     pipe = replace(problem, objective=Objective("pipeline"))
+    share_lower_bound(pipe, critical_path_bound(pipe), CRITICAL_PATH)  # only the placements are wanted here
     placements = [plan.placement for plan in plans_of([
         lambda: split_layers(pipe, Stopwatch(max(watch.left / 4, 1e-3)), solver=NAME),
         lambda: split_chain(pipe, Stopwatch(max(watch.left / 4, 1e-3)), solver=NAME)])]
-    best: tuple[float, Mapping[str, str], tuple[int, ...]] | None = None
-    for placement in placements:
-        for count in range(1, problem.batch_size + 1):
-            if watch.expired and best is not None:
-                break
-            sizes = near_equal_split(problem.batch_size, count)
-            makespan = schedule(problem, _parts(placement, sizes), _order(problem, placement, sizes)).makespan
-            if best is None or makespan < best[0]:
-                best = (makespan, placement, sizes)
+    best = _best_stream(problem, placements, watch)
     if best is None:
         return None
     _, chosen, sizes = best
@@ -69,6 +65,35 @@ def streamed_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
                      status="feasible", watch=watch, notes=[
                          f"a pipeline's placement over {len(set(chosen.values()))} devices, the batch streamed "
                          f"through it in {len(sizes)} sub-batches ({'/'.join(map(str, sizes))} samples)"])
+
+
+def _best_stream(problem: Problem, placements: Sequence[Mapping[str, str]],
+                 watch: Stopwatch) -> tuple[float, Mapping[str, str], tuple[int, ...]] | None:
+    """(makespan, placement, sub-batch sizes) of the best stream found while the time lasts: the counts 1, the
+    powers of two and the batch size first, then the others nearest the best of those first. A simulation's
+    time grows with its parts, so one that would not leave time for the chosen plan's own (simulated and
+    validated: about three more) is not started."""
+    n = problem.batch_size
+    counts = sorted({1, n} | {2 ** k for k in range(n.bit_length())})
+    coarse = len(counts)
+    best: tuple[float, Mapping[str, str], tuple[int, ...]] | None = None
+    rate = 0.0  # the most seconds a simulated part has taken so far
+    for i in itertools.count():
+        if i == coarse and best is not None:
+            centre = len(best[2])
+            counts += sorted(set(range(1, n + 1)) - set(counts), key=lambda c: (abs(c - centre), c))
+        if i >= len(counts):
+            return best
+        for placement in placements:
+            if best is not None and rate * len(placement) * (counts[i] + 3 * len(best[2])) > watch.left:
+                return best
+            sizes = near_equal_split(n, counts[i])
+            began = perf_counter()
+            makespan = schedule(problem, _parts(placement, sizes), _order(problem, placement, sizes)).makespan
+            rate = max(rate, (perf_counter() - began) / (len(placement) * counts[i]))
+            if best is None or makespan < best[0]:
+                best = (makespan, placement, sizes)
+    return best
 
 
 def _parts(placement: Mapping[str, str], sizes: tuple[int, ...]) -> dict[str, list[tuple[str, int]]]:
