@@ -163,10 +163,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
                               "raise the time limit or the memory")
     if not improved:
         notes.append(f"kept the baseline plan ({baseline.solver}): the engine found nothing better")
-    if (problem.objective.kind == "batch" and best_device.candidates(problem) and best.objective > 0
-            and watch.left > BEST_DEVICE_S_PER_TASK * len(problem.graph)):  # the speed-up, where time is left for it
-        single = best_device.solve(problem, time_limit=watch.left)
-        stats.update(best_device_objective=single.objective, speedup_vs_best_device=single.objective / best.objective)
+    stats.update(_speedup(problem, best, watch))
     if best.objective <= bound * (1 + 1e-9):
         status = "optimal"
     bound, source = better_bound((bound, source), (best.bound, best.bound_source))
@@ -175,6 +172,15 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
         progress(f"  {name}: best {best.objective:.6g}, bound {bound:.6g} ({source}) at {watch.elapsed:.1f} s")
     return replace(best, solver=name, status=status, bound=bound, bound_source=source,
                    solve_time_s=watch.elapsed, notes=tuple(notes), stats={**best.stats, **stats})
+
+
+def _speedup(problem: Problem, best: Plan, watch: Stopwatch) -> dict[str, float]:
+    """A batch plan's speed-up over the best single device, where one can run the model and time is left."""
+    if (problem.objective.kind != "batch" or best.objective <= 0 or not best_device.candidates(problem)
+            or watch.left <= BEST_DEVICE_S_PER_TASK * len(problem.graph)):
+        return {}
+    single = best_device.solve(problem, time_limit=watch.left)
+    return {"best_device_objective": single.objective, "speedup_vs_best_device": single.objective / best.objective}
 
 
 def _engine_status(latency: bool, statuses: list[str], splits: list, notes: list[str]) -> str:
