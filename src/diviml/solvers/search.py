@@ -45,7 +45,7 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
     if problem.objective.kind == "batch" and best_device.candidates(problem):
         attempts.append(lambda: data_parallel.solve(problem, time_limit=max(watch.left / 10, 1e-3)))
     if problem.objective.kind == "batch":  # a model spread over devices for its memory: the batch pipelined
-        attempts.append(lambda: streamed_plan(problem, Stopwatch(max(watch.left / 4, 1e-3))))
+        attempts.append(lambda: streamed_plan(problem, Stopwatch(max(watch.left / 2, 1e-3))))
     if problem.objective.kind == "latency":  # a model of layers over servers, each layer over a server's
         # devices (GPT-3 over six servers: 4% under HEFT): first, while the time is there for its layer schedules
         attempts.append(lambda: server_layer_plan(problem, Stopwatch(max(watch.left / 2, 1e-3))))

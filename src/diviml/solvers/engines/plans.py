@@ -14,6 +14,8 @@ from ...validate import check
 from .jobs import JobGraph
 
 VALIDATE_S_PER_TASK = 2e-5  # the validator's time per task (50,000 tasks: about 1 s), kept out of the bound's
+MAKE_PLAN_S_PER_TASK = 1e-4  # make_plan with no time left: the cheap bounds, simulation, validation (GPT-3 over
+# six-servers, 5,286 tasks: 0.46 s), kept back by a search that runs until its time is up
 
 
 def better_bound(*bounds: tuple[float | None, str]) -> tuple[float, str]:
