@@ -4,7 +4,8 @@ Every device that can run and hold the whole graph gets a share ``n_d`` of the b
 batch, some may be 0) and runs every task on its rows; a device's rows flow through the graph without leaving
 it. All integer shares are tried when there are at most ``MAX_COMPOSITIONS`` of them (8 samples over 3
 devices: 45), else a descent from the speed-proportional shares moving one sample at a time between two
-devices, each share simulated while the time allows it and the chosen plan's own simulation after it. A fast and a slow GPU then split 5/3 rather than 4/4, which equal sub-batches cannot express.
+devices, each share simulated while the time allows it and the chosen plan's own simulation after it. A fast
+and a slow GPU then split 5/3 rather than 4/4, which equal sub-batches cannot express.
 """
 
 from __future__ import annotations

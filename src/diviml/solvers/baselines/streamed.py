@@ -15,7 +15,6 @@ a model of layers) and a topological order cut into runs (:mod:`..pipeline.chain
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import replace
 from time import perf_counter
 from typing import Mapping, Sequence
@@ -78,7 +77,8 @@ def _best_stream(problem: Problem, placements: Sequence[Mapping[str, str]],
     coarse = len(counts)
     best: tuple[float, Mapping[str, str], tuple[int, ...]] | None = None
     rate = 0.0  # the most seconds a simulated part has taken so far
-    for i in itertools.count():
+    i = 0
+    while True:
         if i == coarse and best is not None:
             centre = len(best[2])
             counts += sorted(set(range(1, n + 1)) - set(counts), key=lambda c: (abs(c - centre), c))
@@ -93,7 +93,7 @@ def _best_stream(problem: Problem, placements: Sequence[Mapping[str, str]],
             rate = max(rate, (perf_counter() - began) / (len(placement) * counts[i]))
             if best is None or makespan < best[0]:
                 best = (makespan, placement, sizes)
-    return best
+        i += 1
 
 
 def _parts(placement: Mapping[str, str], sizes: tuple[int, ...]) -> dict[str, list[tuple[str, int]]]:
