@@ -12,7 +12,7 @@ from ...plan import Plan
 from ...problem import Problem
 from ..engines.jobs import JobGraph
 from ..engines.modules import Chain, detect
-from ..engines.plans import Stopwatch, better_bound
+from ..engines.plans import MAKE_PLAN_S_PER_TASK, Stopwatch, better_bound
 from ..search import promising_splits
 from ._join import Counts, JoinResult, join, plan_of
 from ._messages import NAME
@@ -111,9 +111,11 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     """Solve each module of ``chain`` for every (state, exit) pair and join them; the best plan of the join
     and the baselines, proven optimal when the chain is :func:`separable` and every module solve is."""
     watch = Stopwatch(time_limit)
+    # the joins end early enough for their plans to be made (simulated and validated) within the limit
+    search = Stopwatch(max(time_limit - MAKE_PLAN_S_PER_TASK * len(problem.graph), 0.0))
     workers = workers or max(os.cpu_count() or 1, 1)
     background = Background(problem, watch, workers)
-    splits = promising_splits(problem, watch)
+    splits = promising_splits(problem, search)
     if progress:
         progress(f"{label}: {len(chain.modules)} modules ({size_note}{len(chain.series_points)} "
                  f"series points, {chain.multi_channel_cuts} multi-channel cuts, widest {chain.widest_cut} "
@@ -124,7 +126,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     pool = Pool(problem, workers)
     try:
         for i, sizes in enumerate(splits):
-            _walk(problem, chain, sizes, pool, Stopwatch(watch.left / (len(splits) - i)), watch, walks, background,
+            _walk(problem, chain, sizes, pool, Stopwatch(search.left / (len(splits) - i)), watch, walks, background,
                   bounds=bounds, module_time_limit=module_time_limit, seed=seed, progress=progress,
                   label=label + (f" [{len(sizes)} sub-batches]" if len(splits) > 1 else ""))
     finally:
