@@ -41,7 +41,7 @@ def test_a_short_time_limit_ends_the_search_over_sub_batch_counts_coarse_ones_fi
     problem = Problem(_layers(64, 2e9), diviml.preset("paper-server"), Objective("batch", batch_size=64))
     started = time.perf_counter()
     plan = diviml.solve(problem, "streamed", time_limit=1.5)
-    assert time.perf_counter() - started <= 1.5 + 0.5
+    assert time.perf_counter() - started <= 1.5 + 1.0  # the plan itself is made after the search stops
     assert validate(plan, problem).ok and any("sub-batches" in note for note in plan.notes)
     # the counts 1, the powers of two and the batch size come first: on a chain the finest stream, one
     # sample at a time, is the best, and it is reached before the time runs out
