@@ -15,7 +15,7 @@ from ..problem import Objective, Problem
 from ._latency import memory_path_bound
 from ._lp import _KeyedLP, _least_makespan, _tolerated, _unit
 from ._segments import memory_segments_bound
-from ._simple import _cheapest_move, _unit_costs
+from ._simple import _cheapest_move, _unit_costs, one_per_type
 
 SINGLE_SIZES = 16  # part sizes priced one by one up to here; above, in ranges that double
 
@@ -178,10 +178,8 @@ def one_request_bounds(problem: Problem, time_limit: float | None = None) -> tup
 
 
 def _slower_on_larger_parts(problem: Problem) -> bool:
-    """Whether every task takes at least its one-sample time on every part size of the batch (times are per
-    device type: one allowed device of each type is asked)."""
-    by_name = problem.platform.by_name
+    """Whether every task takes at least its one-sample time on every part size of the batch, on each type of
+    device it may run on."""
     return all(problem.time(t, d, b) >= problem.time(t, d, 1)
-               for t in problem.graph.topological_order
-               for d in {by_name[d].type: d for d in problem.allowed_devices[t]}.values()
+               for t in problem.graph.topological_order for d in one_per_type(problem, t).values()
                for b in range(2, problem.batch_size + 1))

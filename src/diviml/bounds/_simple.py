@@ -22,6 +22,13 @@ def _cheapest_move(problem: Problem, task: str, scale: float = 1.0) -> float:
                default=0.0)
 
 
+def one_per_type(problem: Problem, task: str) -> dict[str, str]:
+    """Device type -> one device of that type ``task`` may run on: times are per type, so asking one of
+    each is asking all (six-servers: 26 devices, 4 types)."""
+    by_name = problem.platform.by_name
+    return {by_name[d].type: d for d in problem.allowed_devices[task]}
+
+
 def _unit_costs(problem: Problem) -> dict[str, dict[str, float]]:
     """Cost of each task on each allowed device, for the objective's batch (kept with the problem: each LP
     bound scales its times by it, and GPT-3 on 26 devices takes 0.8 s to price)."""
@@ -33,15 +40,10 @@ def _unit_costs(problem: Problem) -> dict[str, dict[str, float]]:
     by_name = problem.platform.by_name
     out: dict[str, dict[str, float]] = {}
     for t in problem.graph.tasks:
-        by_type: dict[str, float] = {}  # devices of one type share their times: priced once
-        out[t.id] = {}
-        for d in problem.allowed_devices[t.id]:
-            kind_of_device = by_name[d].type
-            if kind_of_device not in by_type:
-                # batch: any part of b samples costs >= b * (best time per sample over sizes 1..n)
-                by_type[kind_of_device] = (n * min(problem.time(t.id, d, b) / b for b in range(1, n + 1))
-                                           if kind == "batch" else problem.time(t.id, d))
-            out[t.id][d] = by_type[kind_of_device]
+        # batch: any part of b samples costs >= b * (best time per sample over sizes 1..n)
+        priced = {dt: n * min(problem.time(t.id, d, b) / b for b in range(1, n + 1)) if kind == "batch"
+                  else problem.time(t.id, d) for dt, d in one_per_type(problem, t.id).items()}
+        out[t.id] = {d: priced[by_name[d].type] for d in problem.allowed_devices[t.id]}
     memo["unit_costs"] = out
     return out
 
@@ -49,13 +51,12 @@ def _unit_costs(problem: Problem) -> dict[str, dict[str, float]]:
 def critical_path_bound(problem: Problem) -> float:
     graph = problem.graph
     n = problem.batch_size
-    by_name = problem.platform.by_name
     cost = {}
     for t in graph.tasks:
         if problem.objective.kind == "batch":
-            # a sample's path visits one part per task; a part of b >= 1 samples (one device per type asked)
-            types = {by_name[d].type: d for d in problem.allowed_devices[t.id]}.values()
-            cost[t.id] = min(problem.time(t.id, d, b) for d in types for b in range(1, n + 1))
+            # a sample's path visits one part per task; a part of b >= 1 samples
+            cost[t.id] = min(problem.time(t.id, d, b) for d in one_per_type(problem, t.id).values()
+                             for b in range(1, n + 1))
         else:
             cost[t.id] = min(problem.time(t.id, d) for d in problem.allowed_devices[t.id])
     if problem.objective.kind == "pipeline":

@@ -40,20 +40,21 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
                               "needs on every device it uses: use heft, split or exact")
     n = problem.batch_size
     tried: dict[tuple[int, ...], float] = {}
-    cost = [0.0]  # the most seconds one simulation has taken
+    cost = 0.0  # the most seconds one simulation has taken
 
     def parts(shares: tuple[int, ...]) -> dict:
         return {t.id: [(d, s) for d, s in zip(devices, shares) if s > 0] for t in problem.graph.tasks}
 
     def value(shares: tuple[int, ...]) -> float:
+        nonlocal cost
         if shares not in tried:
             began = time.perf_counter()
             tried[shares] = evaluate(problem, parts(shares))[0]
-            cost[0] = max(cost[0], time.perf_counter() - began)
+            cost = max(cost, time.perf_counter() - began)
         return tried[shares]
 
     def affordable() -> bool:  # another simulation, and the chosen plan's (simulated and validated) after it
-        return watch.left > 3 * cost[0]
+        return watch.left > 3 * cost
 
     best = proportional(n, speeds(problem, devices))
     value(best)
