@@ -19,7 +19,9 @@ from diviml.bounds import (
     path_work_bound,
     work_bound,
 )
+from diviml.bounds._energetic import earliest_starts, least_deliveries
 from diviml.generators import random_dag
+from diviml.graph import longest_paths
 
 
 def test_work_squeezed_between_a_head_and_a_tail_lifts_the_bound_to_the_optimum():
@@ -109,3 +111,17 @@ def test_the_cuts_are_the_rows_that_hold_the_bound_up():
     bound = energetic_bound(p)
     assert 0 < len(energetic_cuts(p)) < 100
     assert all(0 <= cut.offset < bound and cut.terms for cut in energetic_cuts(p))
+
+
+def test_heads_and_deliveries_count_the_transfers_a_device_change_costs():
+    problem = Problem(random_dag(12, seed=3, ccr=(0.8, 1.2)), diviml.preset("paper-server"), Objective("latency"))
+    best = diviml.solve(problem, "exact", time_limit=20)
+    start, delivery = earliest_starts(problem), least_deliveries(problem)
+    for plan in (best, diviml.solve(problem, "heft", time_limit=10)):  # any schedule honours both, task by task
+        for a in plan.assignments:
+            assert a.start >= start[a.task, a.device] * (1 - 1e-9)
+            assert a.start + problem.time(a.task, a.device) + delivery[a.task, a.device] <= plan.objective * (1 + 1e-9)
+    # with transfers this heavy, some head is later than the longest path of fastest times alone
+    fastest = {t: min(problem.time(t, d) for d in problem.allowed_devices[t]) for t in problem.graph.topological_order}
+    before = longest_paths(problem.graph.topological_order, problem.graph.predecessors.__getitem__, fastest.__getitem__)
+    assert any(start[t, d] > before[t] - fastest[t] + 1e-12 for t, d in start)

@@ -19,8 +19,6 @@
   descendants).
 The bound of a problem is the largest; a plan says which in ``bound_source``. Each bound lives in the module
 of its kind (``_simple``, ``_latency``, ``_segments``, ``_batch``, ``_energetic``, ...) and is named here.
-The energetic bound's heads and tails (``earliest_starts``, ``least_deliveries``) are named here too: exact's
-windows fold the graph outside a window into them.
 """
 
 from __future__ import annotations
@@ -29,14 +27,14 @@ from time import perf_counter
 
 from ..problem import Problem
 from ._batch import batch_path_work_bound, one_request_bounds
-from ._energetic import Cut, earliest_starts, energetic_bound, energetic_cuts, least_deliveries
+from ._energetic import Cut, energetic_bound, energetic_cuts
 from ._hops import hop_work_bound
 from ._integer import integer_work_bound, integer_work_counts, may_lift
 from ._latency import memory_path_bound, path_work_bound, path_work_seconds
 from ._segments import Relaxation, memory_segments_bound, memory_segments_relaxation
 from ._simple import critical_path_bound, spread_bound, work_bound
 
-__all__ = ["BOUND_SOURCES", "Cut", "Relaxation", "batch_path_work_bound", "critical_path_bound", "earliest_starts", "energetic_bound", "energetic_cuts", "hop_work_bound", "integer_work_bound", "integer_work_counts", "least_deliveries", "lower_bound", "lower_bound_source",
+__all__ = ["BOUND_SOURCES", "CUTOFFS", "Cut", "Relaxation", "batch_path_work_bound", "critical_path_bound", "energetic_bound", "energetic_cuts", "hop_work_bound", "integer_work_bound", "integer_work_counts", "lower_bound", "lower_bound_source",
            "memory_path_bound", "memory_segments_bound", "memory_segments_relaxation", "path_work_bound", "path_work_seconds", "serial_upper_bound", "share_lower_bound",
            "spread_bound", "work_bound"]
 
@@ -51,12 +49,12 @@ MEMORY_SEGMENTS = "memory segments"
 BATCH_PATH_WORK_LP = "batch path-work LP"
 ENERGETIC_LP = "energetic LP"
 CP_SAT = "CP-SAT"  # exact and call-exact: the model's proven bound
-WINDOWS = "CP-SAT windows"  # exact: the largest bound CP-SAT proved on windows of the graph
+CUTOFFS = "CP-SAT cutoffs"  # exact: the largest makespan CP-SAT proved no schedule meets
 MILP = "MILP"  # milp: the MILP's dual bound
 MODULE_DP = "module DP"  # split and exact by pieces: the join's dynamic program over the modules' bounds
 IP = "IP"  # the pipeline IP's dual bound
 EXACT_DP = "DP (exact)"  # the pipeline DP's contiguous optimum
-BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, WORK_MILP, HOP_WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, MEMORY_SEGMENTS, BATCH_PATH_WORK_LP, ENERGETIC_LP, CP_SAT, WINDOWS, MILP, MODULE_DP, IP, EXACT_DP)
+BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, WORK_MILP, HOP_WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, MEMORY_SEGMENTS, BATCH_PATH_WORK_LP, ENERGETIC_LP, CP_SAT, CUTOFFS, MILP, MODULE_DP, IP, EXACT_DP)
 
 
 def lower_bound(problem: Problem, time_limit: float | None = None) -> float:

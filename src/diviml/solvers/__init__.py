@@ -48,7 +48,6 @@ class Option:
     help: str
     choices: tuple[str, ...] | None = None
     cli: bool = True
-    fraction: bool = False  # a float in [0, 1) rather than any positive one
 
     @property
     def flag(self) -> str:
@@ -68,8 +67,6 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("decompose", bool, "solve piece by piece between series points where it pays; --no-decompose: "
                               "the whole graph as one model"),
     Option("piece_size", int, "merge series pieces up to this many tasks"),
-    Option("window_share", float, "share of the time a latency model of 25-300 tasks spends first bounding "
-                                  "windows of the graph exactly (0, the default: none)", fraction=True),
     Option("max_ideals", int, "most ideals (stage candidates) the dynamic program enumerates"),
     Option("max_pairs", int, "most ideal pairs the dynamic program walks"),
     Option("resolution", int, "time steps the makespan is measured in (CP-SAT works in integers)", cli=False),
@@ -176,9 +173,7 @@ def _check_value(option: Option, value) -> None:
         raise InputError(f"{flag} must be a {'whole ' if option.type is int else ''}number, got {value!r}")
     if option.type is int and value < 1:
         raise InputError(f"{flag} must be a whole number >= 1, got {value!r} (leave it out for the default)")
-    if option.fraction and not 0 <= value < 1:
-        raise InputError(f"{flag} must be a share, at least 0 and below 1, got {value!r}")
-    if option.type is float and not option.fraction and not value > 0:
+    if option.type is float and not value > 0:
         raise InputError(f"{flag} must be positive, got {value!r} (leave it out for the default)")
     if option.type is bool and not isinstance(value, bool):
         raise InputError(f"{flag}: expected true or false, got {value!r}")

@@ -12,12 +12,14 @@ tasks the monolithic model found plans 4-6% better at 20 s, ``benchmarks/auto_ch
 N = 320, K = 3 proven in about 2 s, where the monolithic model ends 60 s at a 4-10% gap.
 The monolithic model starts from the problem's lower bound (its makespan at least it) and takes the rows of
 the energetic LP that hold that bound up as cuts (:func:`..bounds.energetic_cuts`), so that CP-SAT's own
-relaxation starts near it; a small latency model runs a portfolio of :data:`PORTFOLIO` workers. With
-``window_share`` > 0, a model of more than :data:`WINDOWS_FROM` tasks and at most :data:`WINDOWS_UP_TO`
-first spends that share of its time bounding windows of the graph (:mod:`.engines.windows`), named
-``CP-SAT windows`` where the model proves no more: no longer by default, since with the energetic cuts the
-whole model's time proved more (randomly wired DAGs of 48 and 64 tasks at 30 s: 4.7% and 2.9% gaps without
-the windows, 5.2% and 2.9% with a quarter of the time on them; the other six proven twice as fast without).
+relaxation starts near it. A latency model of at most :data:`PROBES_UP_TO` jobs is minimised for
+:data:`OPTIMISE_SHARE` of its time; where that does not prove it, the rest goes on cutoffs above its bound
+(:mod:`.engines.probes`): each one CP-SAT proves that no schedule meets is a bound (``CP-SAT cutoffs``). On
+sixteen randomly wired DAGs of 32-64 tasks at 30 s (``benchmarks/random_bounds.py``) the six unproven gaps
+went from 2.9-9.6% to 1.2-6.5%, with plans as good or better; at 96 tasks 6.0% and 8.9% became 4.4% and 4.6%;
+at 128 tasks no cutoff was proven in the time and the plans were 0.5-1.5% worse, hence the limit. Probing made
+CP-SAT's portfolio of sixteen workers on two cores (kept for its lb-tree search, which proved bounds)
+unnecessary, and one worker a core found better plans.
 
 Batch objective: the batch is split the same way for every task into L near-equal sub-batches
 (L = 1 .. number of devices, skipping splits whose HEFT makespan is far behind the best split's, see
@@ -28,11 +30,10 @@ lower bound, since splits outside that family are not searched.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 
-from ..bounds import CP_SAT, WINDOWS, energetic_cuts, lower_bound
+from ..bounds import CP_SAT, energetic_cuts, lower_bound
 from ..plan import Plan
 from ..problem import Problem
 from . import split
@@ -40,33 +41,23 @@ from .engines.cpsat import solve_jobs
 from .engines.jobs import JobGraph
 from .engines.modules import detect
 from .engines.outcome import Outcome
-from .engines.windows import window_bound
+from .engines.probes import probe
 from .search import exact_search, heft_hint
 
 NAME = "exact"
 PIECE_SIZE = 20  # consecutive pieces are merged up to this many tasks
-WINDOWS_FROM = 24  # a latency model of more tasks than this may be bounded by windows of it first ...
-WINDOWS_UP_TO = 300  # ... up to this many: on more, windows of 16-32 tasks see too little of the graph for their time
-WINDOW_SHARE = 0.0  # of the time, for the windows' bound (before the whole model's search): none by default
-# CP-SAT workers for a whole latency model of at most PORTFOLIO_UP_TO jobs, however few the cores: two workers
-# run only CP-SAT's default LP search and an LNS; sixteen bring lb-tree search and objective-lb search, which
-# prove the bound. Randomly wired DAGs on paper-server at 30 s on 2 cores: 48 tasks 6.1% -> 4.7% (bound),
-# 64 tasks 3.7% -> 2.1% and 6.2% -> proven optimal, 80 tasks 4.3% -> 2.8%; at 96-250 tasks the plans were
-# 1-4% worse and the bounds no better (``benchmarks/random_bounds.py``)
-PORTFOLIO = 16
-PORTFOLIO_UP_TO = 80
+OPTIMISE_SHARE = 1 / 3  # of a latency model's time, for minimising; the rest probes cutoffs (:mod:`.engines.probes`)
+PROBES_UP_TO = 100  # jobs: a latency model of more is only minimised (see the module's docstring)
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers: int | None = None,
           symmetry: str = "tasks", resolution: int = 10_000_000, decompose: bool = True, piece_size: int = PIECE_SIZE,
-          window_share: float = WINDOW_SHARE, progress=None, on_incumbent=None) -> Plan:
+          progress=None, on_incumbent=None) -> Plan:
     """``decompose``: solve latency problems piece by piece between series points where that is exact;
     consecutive pieces are merged up to ``piece_size`` tasks (fewer solves, each still small).
     ``on_incumbent(value)`` is called with the objective of every solution CP-SAT finds on the whole graph
     (time scale units, rounded down: within about 1e-6 of the plan's value), e.g. to time how soon a quality
-    is reached; a decomposed solve calls it once, with its plan. ``window_share``: the share of the time that a
-    latency model of :data:`WINDOWS_FROM` to :data:`WINDOWS_UP_TO` tasks spends first on windows of the graph
-    (:func:`.engines.windows.window_bound`) for a stronger bound (0: none)."""
+    is reached; a decomposed solve calls it once, with its plan."""
     if decompose and problem.objective.kind == "latency":
         chain = detect(problem.graph, piece_size, cut_large=False)
         if pays_to_decompose(problem, chain):
@@ -79,30 +70,26 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
             return replace(plan, solver=NAME, notes=(note,) + plan.notes)
 
     def engine(jobs: JobGraph, upper: float, budget: float) -> Outcome:
-        began, windows = time.perf_counter(), 0.0
-        if problem.objective.kind == "latency" and WINDOWS_FROM < len(problem.graph) <= WINDOWS_UP_TO and window_share:
-            windows = window_bound(problem, upper=upper, time_limit=budget * window_share, seed=seed, workers=workers,
-                                   progress=progress)
-        floor = max(windows, lower_bound(problem))  # a bound of every plan, so of those of this split too
+        began = time.perf_counter()
+        floor = lower_bound(problem)  # a bound of every plan, so of those of this split too
         hint = heft_hint(jobs, symmetry)  # before the model's clock starts: its time counts against the budget
         cuts = energetic_cuts(problem) if jobs.sizes == (problem.batch_size,) else ()
-        out = solve_jobs(jobs, upper=upper, time_limit=budget - (time.perf_counter() - began), seed=seed,
-                         workers=_workers(problem, jobs, workers), symmetry=symmetry, resolution=resolution, hint=hint,
+        probing = problem.objective.kind == "latency" and len(jobs.jobs) <= PROBES_UP_TO
+        left = budget - (time.perf_counter() - began)
+        out = solve_jobs(jobs, upper=upper, time_limit=left * (OPTIMISE_SHARE if probing else 1.0), seed=seed,
+                         workers=workers, symmetry=symmetry, resolution=resolution, hint=hint,
                          progress=progress, on_incumbent=on_incumbent, floor=floor, cuts=cuts)
-        if windows >= floor > 0 and out.status != "optimal" and out.bound <= windows * (1 + 1e-6):
-            return replace(out, stats={**(out.stats or {}), "bound_source": WINDOWS})  # no more than the windows'
+        if probing and out.status in ("timeout", "unknown"):  # not proven: probe cutoffs above its bound
+            out = probe(jobs, replace(out, bound=max(out.bound, floor)), upper=upper,
+                        time_limit=budget - (time.perf_counter() - began), seed=seed, workers=workers,
+                        symmetry=symmetry, resolution=resolution, cuts=cuts, on_incumbent=on_incumbent,
+                        progress=progress)
+            if progress:
+                progress(f"  exact: {(out.stats or {}).get('probes', 0):.0f} cutoffs probed, bound {out.bound:.6g}")
         return out
 
     return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry, progress=progress,
                         engine_bound=CP_SAT)
-
-
-def _workers(problem: Problem, jobs: JobGraph, workers: int | None) -> int | None:
-    """The CP-SAT workers of a whole model: the user's, else :data:`PORTFOLIO` for a small latency model,
-    else one a core (None)."""
-    if workers or problem.objective.kind != "latency" or len(jobs.jobs) > PORTFOLIO_UP_TO:
-        return workers
-    return max(PORTFOLIO, os.cpu_count() or 1)
 
 
 LARGEST_PIECE_SHARE = 0.75  # decompose only where no piece holds more of the tasks than this

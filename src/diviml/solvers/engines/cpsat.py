@@ -59,7 +59,7 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     machine counted by CP-SAT's deterministic time (:data:`WORK_PER_SECOND`): one worker then ends at the
     same point, with the same answer, however loaded the machine is (``time_limit`` still caps the wall
     time); the work used is ``stats["work"]``, in the same unit. ``floor``: a lower bound on the makespan
-    proven elsewhere (:func:`.windows.window_bound`), so that the model's bound starts there; ``cuts``: rows
+    proven elsewhere (the problem's, or a cutoff :mod:`.probes` proved out), so that the model's bound starts there; ``cuts``: rows
     every latency schedule meets (:func:`...bounds.energetic_cuts`, on the whole batch's jobs), added so that
     CP-SAT's relaxation starts near the LP's.
     Whole graphs gain from linearization level 2 (stronger bounds). ``small`` (MILP-SPLIT's modules of
@@ -163,9 +163,6 @@ def _makespan(m: cp_model.CpModel, jobs: JobGraph, v: _Vars, ticks, horizon: int
     for j in jobs.jobs:
         m.add(v.start[j] >= head[j])
         m.add(makespan >= v.end[j] + tail[j])
-        for d in jobs.devices(j) if jobs.delivery else ():  # a window's delivery, where its device makes it longer
-            if ticks(jobs.delivered(j, d)) > tail[j]:
-                m.add(makespan >= v.end[j] + ticks(jobs.delivered(j, d))).only_enforce_if(v.x[j, d])
     for d in v.per_device:
         work = [(v.duration[j, d], v.x[j, d]) for j in jobs.jobs if (j, d) in v.x]
         if work:
@@ -228,13 +225,11 @@ class _Model(cp_model.CpModel):
 
 
 def _heads_and_tails(jobs: JobGraph, ticks, duration: dict) -> tuple[dict, dict]:
-    """Longest paths before / after each job with every job on its fastest device and free transfers (after:
-    from the job's delivery time, where it has one)."""
+    """Longest paths before / after each job with every job on its fastest device and free transfers."""
     fastest = {j: min(duration[j, d] for d in jobs.devices(j)) for j in jobs.jobs}
     end = longest_paths(jobs.jobs, jobs.preds, fastest.__getitem__,
                         release=lambda j: min(ticks(jobs.released(j, d)) for d in jobs.devices(j)))
-    from_end = longest_paths(reversed(jobs.jobs), jobs.succs, fastest.__getitem__,
-                             release=lambda j: min(ticks(jobs.delivered(j, d)) for d in jobs.devices(j)))
+    from_end = longest_paths(reversed(jobs.jobs), jobs.succs, fastest.__getitem__, release=lambda j: 0)  # ints
     return {j: end[j] - fastest[j] for j in jobs.jobs}, {j: from_end[j] - fastest[j] for j in jobs.jobs}
 
 

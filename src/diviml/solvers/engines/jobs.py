@@ -9,8 +9,7 @@ evaluates their answers under the general model.
 A job graph may also be a *sub-problem* (what MILP-SPLIT solves module by module): only some tasks, with the
 rest already scheduled. Then ``release`` gives the earliest start of a job on a device (its inputs from
 outside have arrived and the device has finished its earlier work), ``only`` pins jobs to some devices and
-``capacity`` is the memory each device has left. A sub-problem cut out of the middle of a graph (a bound on a
-window of it) has ``delivery``: the time the job's successors outside it need, at least, after it ends on a device.
+``capacity`` is the memory each device has left.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ class JobGraph:
     release: Mapping[tuple[JobKey, str], float] = field(default_factory=dict)  # (job, device) -> earliest start
     only: Mapping[JobKey, tuple[str, ...]] = field(default_factory=dict)  # job -> the devices it is pinned to
     capacity: Mapping[str, float] | None = None  # device -> memory left (None: the devices' memory)
-    delivery: Mapping[tuple[JobKey, str], float] = field(default_factory=dict)  # (job, device) -> time still needed
 
     @staticmethod
     def whole(problem: Problem) -> "JobGraph":
@@ -77,10 +75,6 @@ class JobGraph:
     def released(self, job: JobKey, device: str) -> float:
         """The earliest start of ``job`` on ``device`` (0 in a whole problem)."""
         return self.release.get((job, device), 0.0)
-
-    def delivered(self, job: JobKey, device: str) -> float:
-        """The least time between ``job``'s end on ``device`` and the makespan (0 in a whole problem)."""
-        return self.delivery.get((job, device), 0.0)
 
     def duration(self, job: JobKey, device: str) -> float:
         return self.problem.time(job[0], device, self.sizes[job[1]])
