@@ -84,9 +84,9 @@ def test_an_option_the_solver_does_not_take_is_refused_naming_those_it_takes(sol
         diviml.solve(problem, solver, time_limit=LIMIT_S, **{foreign: 1})
     assert "\n" not in str(refused.value)
     for name in options_of(solver):
-        if OPTIONS[name].type in (int, float):  # 0 of a count or a length, below 0 of a share
+        if OPTIONS[name].type in (int, float):  # 0 of a count or a length
             with pytest.raises(InputError, match="must be"):
-                diviml.solve(problem, solver, time_limit=LIMIT_S, **{name: -1 if OPTIONS[name].fraction else 0})
+                diviml.solve(problem, solver, time_limit=LIMIT_S, **{name: 0})
 
 
 def test_every_option_a_solver_takes_is_in_the_one_option_map():
