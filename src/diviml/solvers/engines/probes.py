@@ -48,7 +48,10 @@ def probe(jobs: JobGraph, found: Outcome, *, upper: float, time_limit: float, se
                          on_incumbent=on_incumbent)
         probes += 1
         if progress:
-            progress(f"  cutoff {cutoff:.6g}: {out.status} in {time.perf_counter() - began:.1f} s")
+            said = {"infeasible": "no schedule ends by it (the new bound)"}.get(out.status, "not decided in the time")
+            if out.device_of is not None and out.objective is not None:
+                said = f"a schedule of {out.objective:.6g} meets it"
+            progress(f"  cutoff {cutoff:.6g}: {said}, {time.perf_counter() - began:.1f} s")
         if out.status == "infeasible":
             lower = cutoff
         elif out.device_of is not None and out.objective is not None:  # a schedule by the cutoff: the incumbent
