@@ -252,7 +252,7 @@ def longest_paths(order: Iterable[Node], predecessors: Callable[[Node], Iterable
     """
     length: dict[Node, float] = {}
     for v in order:
-        ready = release(v) if release else 0.0
+        ready = release(v) if release else 0  # whole costs give whole lengths (CP-SAT's ticks)
         for u in predecessors(v):
             ready = max(ready, length[u] + edge(u, v) if edge else length[u])
         length[v] = cost(v) + ready

@@ -229,7 +229,7 @@ def _heads_and_tails(jobs: JobGraph, ticks, duration: dict) -> tuple[dict, dict]
     fastest = {j: min(duration[j, d] for d in jobs.devices(j)) for j in jobs.jobs}
     end = longest_paths(jobs.jobs, jobs.preds, fastest.__getitem__,
                         release=lambda j: min(ticks(jobs.released(j, d)) for d in jobs.devices(j)))
-    from_end = longest_paths(reversed(jobs.jobs), jobs.succs, fastest.__getitem__, release=lambda j: 0)  # ints
+    from_end = longest_paths(reversed(jobs.jobs), jobs.succs, fastest.__getitem__)
     return {j: end[j] - fastest[j] for j in jobs.jobs}, {j: from_end[j] - fastest[j] for j in jobs.jobs}
 
 
