@@ -76,17 +76,14 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
         hint = heft_hint(jobs, symmetry)  # before the model's clock starts: its time counts against the budget
         cuts = energetic_cuts(problem) if jobs.sizes == (problem.batch_size,) else ()
         probing = problem.objective.kind == "latency" and len(jobs.jobs) <= PROBES_UP_TO
+        model = dict(upper=upper, seed=seed, workers=workers, symmetry=symmetry, resolution=resolution, cuts=cuts,
+                     on_incumbent=on_incumbent)  # the one model, minimised and then probed
         left = budget - (time.perf_counter() - began)
-        out = solve_jobs(jobs, upper=upper, time_limit=left * (OPTIMISE_SHARE if probing else 1.0), seed=seed,
-                         workers=workers, symmetry=symmetry, resolution=resolution, hint=hint,
-                         progress=progress, on_incumbent=on_incumbent, floor=floor, cuts=cuts)
+        out = solve_jobs(jobs, time_limit=left * (OPTIMISE_SHARE if probing else 1.0), hint=hint, progress=progress,
+                         floor=floor, **model)
         if probing and out.status in ("timeout", "unknown"):  # not proven: probe cutoffs above its bound
-            out = probe(jobs, replace(out, bound=max(out.bound, floor)), upper=upper,
-                        time_limit=budget - (time.perf_counter() - began), seed=seed, workers=workers,
-                        symmetry=symmetry, resolution=resolution, cuts=cuts, on_incumbent=on_incumbent,
-                        progress=progress)
-            if progress:
-                progress(f"  exact: {(out.stats or {}).get('probes', 0):.0f} cutoffs probed, bound {out.bound:.6g}")
+            out = probe(jobs, replace(out, bound=max(out.bound, floor)),
+                        time_limit=budget - (time.perf_counter() - began), progress=progress, **model)
         return out
 
     return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry, progress=progress,

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Sequence
 
-from ...bounds import CUTOFFS, Cut
+from ...bounds import CUTOFFS
 from .cpsat import solve_jobs
 from .jobs import JobGraph
 from .outcome import Outcome
@@ -27,14 +26,15 @@ FIRST_STEP = 1 / 8  # of the gap between bound and incumbent at the start: each 
 LEAST_PROBE_S = 0.05  # no probe is started with less time than this
 
 
-def probe(jobs: JobGraph, found: Outcome, *, upper: float, time_limit: float, seed: int = 0,
-          workers: int | None = None, symmetry: str = "tasks", resolution: int = 10_000_000,
-          cuts: Sequence[Cut] = (), on_incumbent=None, progress=None) -> Outcome:
+def probe(jobs: JobGraph, found: Outcome, *, upper: float, time_limit: float, resolution: int = 10_000_000,
+          progress=None, **model) -> Outcome:
     """``found`` (a minimisation's answer on ``jobs``) with its bound raised by cutoffs proven infeasible and
     its schedule replaced by any better one a probe finds, within ``time_limit`` seconds. ``upper`` is the
     makespan that set ``found``'s time scale (the same ticks here), and the incumbent where ``found`` has no
-    schedule. The answer is "optimal" where the cutoff one tick below the incumbent is proven infeasible;
-    ``on_incumbent`` hears the makespan of each better schedule found, ``progress`` a line per probe."""
+    schedule; ``model``: the rest of the minimisation's keywords to :func:`.cpsat.solve_jobs` (seed, workers,
+    symmetry, cuts, on_incumbent, which hears each better schedule found), so that the probes ask of the same
+    model. The answer is "optimal" where the cutoff one tick below the incumbent is proven infeasible;
+    ``progress`` hears a line per probe."""
     ends = time.perf_counter() + time_limit
     tick = max(upper, 1e-300) / resolution
     best, lower, probes = found, found.bound, 0
@@ -46,19 +46,18 @@ def probe(jobs: JobGraph, found: Outcome, *, upper: float, time_limit: float, se
             best = replace(best, status="optimal") if best.device_of is not None else best
             break
         began = time.perf_counter()
-        out = solve_jobs(jobs, upper=upper, time_limit=left, seed=seed, workers=workers, symmetry=symmetry,
-                         resolution=resolution, cutoff=cutoff, first_only=True, floor=lower, cuts=cuts,
-                         on_incumbent=on_incumbent)
+        out = solve_jobs(jobs, upper=upper, time_limit=left, resolution=resolution, cutoff=cutoff, first_only=True,
+                         floor=lower, **model)
         probes += 1
+        met = out.objective if out.device_of is not None else None  # a schedule's makespan, by the cutoff
         if progress:
-            said = {"infeasible": "no schedule ends by it (the new bound)"}.get(out.status, "not decided in the time")
-            if out.device_of is not None and out.objective is not None:
-                said = f"a schedule of {out.objective:.6g} meets it"
+            said = ("no schedule ends by it (the new bound)" if out.status == "infeasible" else
+                    f"a schedule of {met:.6g} meets it" if met is not None else "not decided in the time")
             progress(f"  cutoff {cutoff:.6g}: {said}, {time.perf_counter() - began:.1f} s")
         if out.status == "infeasible":
             lower = cutoff
-        elif out.device_of is not None and out.objective is not None:  # a schedule by the cutoff: the incumbent
-            best, incumbent = replace(out, status="timeout"), out.objective
+        elif met is not None:  # the new incumbent
+            best, incumbent = replace(out, status="timeout"), met
             step = min(step, (incumbent - lower) / 2)
         else:  # not proven either way: the time is up
             break
