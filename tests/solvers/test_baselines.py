@@ -1,7 +1,9 @@
+import math
+
 import pytest
 
 import diviml
-from diviml import InfeasibleError, InputError, Objective, Problem
+from diviml import Device, InfeasibleError, InputError, Link, Objective, Platform, Problem, Task, TaskGraph
 from diviml.generators import layered_dag
 from diviml.validate import validate
 
@@ -208,3 +210,38 @@ def test_a_layer_split_of_a_training_graph_keeps_each_backward_task_with_its_for
     device = {a.task: a.device for a in plan.assignments}
     assert all(device[t + "_back"] == device[t] for t in forward) and validate(plan, problem).ok
     assert _layers_per_device(plan) == {"s0gpu0": 2, "s0gpu1": 2}
+
+
+def _group_around_a_task(b_types: frozenset[str], a_types: frozenset[str] | None = None) -> TaskGraph:
+    """a -> b -> c with a and c co-located: b lies on a path between the group's members."""
+    times = {"x": 1.0, "y": 10.0}
+    return TaskGraph.create([Task("a", times, colocation="G", output_bytes=1.0, allowed_types=a_types),
+                             Task("b", {"x": 1.0, "y": 1.0}, allowed_types=b_types, output_bytes=1.0),
+                             Task("c", times, colocation="G", output_bytes=1.0)], [("a", "b"), ("b", "c")])
+
+
+def _x_and_y() -> Platform:
+    link = Link(1e10, 0.0)
+    return Platform((Device("X", "x", math.inf, "s", False, link), Device("Y", "y", math.inf, "s", False, link)))
+
+
+@pytest.mark.parametrize("kind,solver", [("latency", "partitioner"), ("batch", "partitioner"),
+                                         ("pipeline", "partitioner"), ("pipeline", "local-search"),
+                                         ("pipeline", "ip")])
+def test_a_non_contiguous_plan_may_put_a_task_between_a_groups_members_on_another_device(kind, solver):
+    """Only a contiguous split must keep a group and the tasks between its members on one device: elsewhere
+    the group runs on the fast X and b on the only device it may use (found by fuzzing: the partitioner
+    fused them and crashed where they shared no device)."""
+    problem = Problem(_group_around_a_task(frozenset({"y"}), frozenset({"x"})), _x_and_y(),
+                      Objective(kind, 2 if kind == "batch" else None))
+    plan = diviml.solve(problem, solver, time_limit=5)
+    assert validate(plan, problem).ok
+    assert plan.placement == {"a": "X", "b": "Y", "c": "X"}
+
+
+@pytest.mark.parametrize("solver", ["partitioner", "local-search"])
+def test_a_contiguous_split_that_must_put_a_group_and_the_tasks_between_on_no_device_is_refused(solver):
+    problem = Problem(_group_around_a_task(frozenset({"y"}), frozenset({"x"})), _x_and_y(),
+                      Objective("pipeline", contiguous=True))
+    with pytest.raises(InfeasibleError, match="no contiguous split: tasks 'a', 'b', 'c' must share a device"):
+        diviml.solve(problem, solver, time_limit=5)

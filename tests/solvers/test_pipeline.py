@@ -7,9 +7,10 @@ from itertools import product
 import pytest
 
 import diviml
-from diviml import InputError, Objective, Problem, TaskGraph
+from diviml import InputError, Objective, Problem, Task, TaskGraph
 from diviml.generators import layered_dag
 from diviml.simulate import pipeline_loads
+from diviml.solvers.pipeline.common import Contracted
 from diviml.validate import validate
 
 REFERENCE = {  # optimal contiguous max-load, the authors' DP (shared/data/tarnawski2020/README.md)
@@ -283,3 +284,12 @@ def test_the_layer_program_prices_a_run_after_a_layer_its_device_may_not_run():
     platform = Platform((Device("cpu", "cpu", 1e6, is_host=True), Device("gpu", "gpu", 20.0, link=Link(1e12, 0.0))))
     problem = Problem(TaskGraph.create(tasks, list(zip(ids, ids[1:]))), platform, Objective("pipeline"))
     assert split_layers(problem, Stopwatch(10)).objective == pytest.approx(6.0, rel=1e-6)
+
+
+def test_units_on_a_cycle_of_the_stage_order_are_one_class_only_for_contiguous_splits():
+    t = {"cpu": 1.0, "v100": 1.0, "a100": 1.0}
+    g = TaskGraph.create([Task("a", t, colocation="G"), Task("b", t), Task("c", t, colocation="G")],
+                         [("a", "b"), ("b", "c")])
+    problem = Problem(g, diviml.preset("paper-server"), Objective("pipeline"))
+    assert sorted(map(sorted, Contracted(problem).members)) == [["a", "b", "c"]]
+    assert sorted(map(sorted, Contracted(problem, fuse_cycles=False).members)) == [["a", "c"], ["b"]]

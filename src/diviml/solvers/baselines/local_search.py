@@ -91,8 +91,9 @@ def descend(ev: ClassEvaluator, dev: np.ndarray, watch: Stopwatch, contiguous: b
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, progress=None):
     total = Stopwatch(time_limit)
     watch = Stopwatch(max(time_limit - MAKE_PLAN_S_PER_TASK * len(problem.graph), 0.0))  # the plan is made after
-    ev = ClassEvaluator(problem, Contracted(problem))
     contiguous = problem.objective.contiguous
+    ev = ClassEvaluator(problem, Contracted(problem, fuse_cycles=contiguous))
+    ev.require_placeable()
     start_at = _random_runs if contiguous else _random_start
     rng = np.random.default_rng(seed)
     best: tuple[float, np.ndarray] | None = None

@@ -31,7 +31,7 @@ NAME = "partitioner"
 SCALE = 1_000_000  # METIS wants integer weights
 
 
-def _metis_parts(ev: ClassEvaluator, n_parts: int, seed: int, ufactor: int) -> np.ndarray:
+def _metis_parts(ev: ClassEvaluator, seed: int, ufactor: int) -> np.ndarray:
     c = ev.contracted
     n = c.num_classes
     finite = np.where(np.isfinite(ev.time), ev.time, np.nan)
@@ -51,13 +51,18 @@ def _metis_parts(ev: ClassEvaluator, n_parts: int, seed: int, ufactor: int) -> n
             adjncy.append(b)
             eweights.append(max(1, int(round(1000 * w / scale))))
         xadj.append(len(adjncy))
-    if n_parts == 1 or n <= n_parts:  # METIS fails (and prints) when asked for as many parts as vertices
-        return np.zeros(n, dtype=np.int64)
+    share = _part_weights(finite)
+    # a device whose share is under half a task's gets no part: METIS bisects down to parts of no vertices
+    # there and prints "Cannot bisect a graph with 0 vertices" (the repair still places tasks on it)
+    active = [j for j in range(len(share)) if share[j] * n >= 0.5] or [int(np.argmax(share))]
+    if len(active) == 1 or n <= len(active):  # METIS fails (and prints) when asked for as many parts as vertices
+        return np.full(n, active[0], dtype=np.int64)
+    weights = [share[j] for j in active]
     opts = pymetis.Options(seed=seed, ufactor=ufactor)
     with native_stdout_to_stderr():
-        _, parts = pymetis.part_graph(n_parts, adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=vweights,
-                                      eweights=eweights, tpwgts=_part_weights(finite), options=opts)
-    return np.array(parts, dtype=np.int64)
+        _, parts = pymetis.part_graph(len(active), adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=vweights,
+                                      eweights=eweights, tpwgts=[w / sum(weights) for w in weights], options=opts)
+    return np.array(active, dtype=np.int64)[np.array(parts, dtype=np.int64)]
 
 
 def _part_weights(finite: np.ndarray) -> list[float]:
@@ -146,13 +151,14 @@ def acyclic(problem: Problem, placement: dict[str, str]) -> dict[str, str]:
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
     watch = Stopwatch(time_limit)
-    contracted = Contracted(problem)
-    ev = ClassEvaluator(problem, contracted)
-    best = None
     contiguous = problem.objective.kind == "pipeline" and problem.objective.contiguous
+    contracted = Contracted(problem, fuse_cycles=contiguous)
+    ev = ClassEvaluator(problem, contracted)
+    ev.require_placeable()
+    best = None
     for trial, ufactor in enumerate((30, 100, 300, 1000)):
         for s in range(3):
-            dev = _repair(ev, _metis_parts(ev, len(ev.devices), seed * 7 + s, ufactor))
+            dev = _repair(ev, _metis_parts(ev, seed * 7 + s, ufactor))
             if dev is None:
                 continue
             placements = [ev.placement(dev)]

@@ -2,9 +2,11 @@
 
 A *class* is a unit of the stage order (:class:`~diviml.problem.StageOrder`: a co-location group or a
 task in none; units without a forward task stand in it as zero-cost forward nodes ordered by their backward
-edges), with the units on one cycle of that order fused: a contiguous split must put a whole cycle on one
-device (a path would leave any part of it and come back). The classes' order (``forward_edges``) is then a
-DAG whose ideals the DP enumerates and in which the IP keeps each device's set convex.
+edges), with the units on one cycle of that order fused where the split is contiguous: a contiguous split
+must put a whole cycle on one device (a path would leave any part of it and come back). The classes' order
+(``forward_edges``) is then a DAG whose ideals the DP enumerates and in which the IP keeps each device's set
+convex. Elsewhere (non-contiguous splits, the partitioner's latency and batch plans) the classes are the
+units themselves, so a task between a group's members may run on another device.
 A *device class* is a group of identical devices (type, memory, host or not, link); pipeline loads under
 host-staged transfers depend only on the node set a device holds, which is what makes the DP exact.
 """
@@ -25,6 +27,10 @@ from ...problem import Problem
 class Contracted:
     problem: Problem
     merge_trivial: bool = False  # merge free dangling classes into their one neighbour (exact; fewer ideals)
+    # fuse the units on a cycle of the stage order into one class: what a contiguous split needs; without it
+    # (non-contiguous splits, latency, batches) a co-location group and a task on a path between its members
+    # may lie on different devices, and the class graph may have cycles
+    fuse_cycles: bool = True
 
     @cached_property
     def class_of(self) -> dict[str, int]:
@@ -33,8 +39,10 @@ class Contracted:
         g.add_nodes_from(order.units)
         g.add_edges_from(order.edges)
         position = {u: k for k, u in enumerate(order.units)}
-        fused = {u: min(scc, key=position.get) for scc in nx.strongly_connected_components(g)
-                 for u in scc}  # a cycle's units share a device: one class, named by its first unit
+        if self.fuse_cycles:  # a cycle's units share a device: one class, named by its first unit
+            fused = {u: min(scc, key=position.get) for scc in nx.strongly_connected_components(g) for u in scc}
+        else:
+            fused = {u: u for u in order.units}
         names: dict[str, int] = {}
         out = {t: names.setdefault(fused[u], len(names))
                for t in self.problem.graph.topological_order for u in (order.unit_of[t],)}
@@ -94,7 +102,7 @@ class Contracted:
 
     @cached_property
     def forward_edges(self) -> set[tuple[int, int]]:
-        """Class-level edges of the stage order (contiguity and ideals live there); a DAG."""
+        """Class-level edges of the stage order (contiguity and ideals live there); a DAG where cycles are fused."""
         order, cls = self.problem.stage_order, self.class_of
         first = {u: ts[0] for u, ts in order.units.items()}
         edges = {(cls[first[a]], cls[first[b]]) for a, b in order.edges}

@@ -12,6 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ...errors import InfeasibleError
 from ...problem import Problem
 from .common import Contracted
 
@@ -35,6 +36,16 @@ class ClassEvaluator:
                 if all(d in p.allowed_devices[t] for t in members):
                     out[k, j] = sum(p.time(t, d) for t in members)
         return out
+
+    def require_placeable(self) -> None:
+        """Refuse, in one line, where a class may run on no device: a contiguous split's cycle of units
+        (a co-location group and the tasks on a path between its members) whose tasks share no device."""
+        for k in np.flatnonzero(~np.isfinite(self.time).any(axis=1)):
+            members = self.contracted.members[k]
+            shown = ", ".join(repr(t) for t in members[:4]) + (" ..." if len(members) > 4 else "")
+            raise InfeasibleError(f"no contiguous split: tasks {shown} must share a device (a co-location group "
+                                  "and the tasks on a path between its members) but no device may run them all: "
+                                  "drop --contiguous or relax the group")
 
     @cached_property
     def fastest(self) -> np.ndarray:

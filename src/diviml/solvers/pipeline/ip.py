@@ -265,7 +265,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
         from ...errors import InputError
         raise InputError(f"unknown symmetry criterion {symmetry!r}: choose {', '.join(CRITERIA)}")
     watch = Stopwatch(time_limit)
-    contracted = Contracted(problem)
+    contracted = Contracted(problem, fuse_cycles=problem.objective.contiguous)
     from ...bounds import lower_bound
     # first, while there is time: it is kept with the problem, and every plan below (the warm starts' too) reads it
     generic = lower_bound(problem, watch.left / 4)
