@@ -172,8 +172,11 @@ def fill_plan(problem: Problem, watch: Stopwatch, base: float | None = None):
     if best is None:
         calls = (" with at most the allowed calls per accelerator (allow more with --calls)"
                  if problem.objective.kind == "call-latency" else "")
-        raise InfeasibleError(f"greedy could not fit the graph into the devices' memory{calls}: raise the memory "
-                              "limit or add devices")
+        kind = problem.objective.kind
+        contiguous = " in contiguous stages" if kind == "pipeline" and problem.objective.contiguous else ""
+        exact = {"pipeline": "ip", "call-latency": "call-exact"}.get(kind, "exact or split")
+        raise InfeasibleError(f"greedy's fill found no placement{contiguous} within the devices' memory{calls}: "
+                              f"try {exact} (an exact search packs memory) or raise the memory limit")
     value, factor, parts = best
     return make_plan(problem, parts, solver=NAME, status="feasible", watch=watch,
                      notes=[f"fill target {factor:g} x the balanced load"])

@@ -72,8 +72,9 @@ def heft_schedule(jobs: JobGraph) -> tuple[dict[JobKey, str], dict[JobKey, float
                        if ((owner, d) in resident or memory_left[d] >= need)
                        and all(d in jobs.devices((m, j[1])) for m in members)]  # a member pinned: all are
         if not options:
-            raise InfeasibleError(f"heft could not place task {task.id!r} within the devices' memory: try the "
-                                  "'greedy' solver or raise the memory limit")
+            raise InfeasibleError(f"heft could not place task {task.id!r} within the devices' memory left by the "
+                                  "tasks before it: try exact or split (an exact search packs memory), greedy, "
+                                  "or raise the memory limit")
         best = None
         for d in options:
             ready = max([jobs.released(j, d)] + [finish[u] + jobs.transfer(u, placement[u], d) for u in jobs.preds(j)])
