@@ -179,7 +179,9 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
         if watch.expired:
             break
     if best is None:
+        exact = "ip" if problem.objective.kind == "pipeline" else "exact or split"
         raise InfeasibleError("the partitioner found no split that fits the memory limits" + (
             " and is contiguous (its parts, made acyclic, still left a device and came back): use dp or ip"
-            if contiguous else ""))
+            if contiguous else f" (its repair moves tasks one by one): try {exact} (an exact search packs memory) or raise "
+                               "the memory limit"))
     return make_plan(problem, placement=best[1], solver=NAME, status="feasible", watch=watch)
