@@ -1,0 +1,107 @@
+"""Every solver against every other, on small random problems at the edges of the model (memory that binds,
+peer links, two servers, co-location groups, tasks some devices may not run, batch tables):
+
+- a bound is a bound: no solver's bound exceeds any solver's plan that the validator accepts;
+- "optimal" means it: no solver finds a better plan than one called optimal;
+- an exact solver does not call a problem infeasible that another solver places.
+
+This is how the fuzzing that found the partitioner's fused classes ran; the cases here are seeded.
+"""
+
+import math
+import random
+
+import pytest
+
+import diviml
+from diviml import Device, DivimlError, InfeasibleError, Link, Objective, Platform, Problem, Task, TaskGraph
+from diviml.solvers import REGISTRY
+
+LIMIT_S = 2.0
+EXACT = {"exact", "milp", "split", "ip"}
+TOLERANCE = 1e-6
+
+
+def random_platform(rng: random.Random) -> Platform:
+    """One or two servers, each a host CPU (mostly) and 1-3 accelerators of two types, memory often binding,
+    peer links now and then."""
+    servers = rng.choice([1, 1, 2])
+    devices: list[Device] = []
+    for s in range(servers):
+        if rng.random() < 0.8:
+            devices.append(Device(f"s{s}cpu", "cpu", rng.choice([math.inf, 1e9, 5e8]), f"s{s}", True))
+        for g in range(rng.randint(1, 3)):
+            kind = rng.choice(["ga", "gb", "gb"])
+            link = Link(rng.choice([1e9, 1e10]), rng.choice([0.0, 1e-5, 1e-3]))
+            devices.append(Device(f"s{s}{kind}{g}", kind, rng.choice([math.inf, 4e8, 2e8, 1e8]), f"s{s}", False, link))
+    accelerators = [d for d in devices if not d.is_host]
+    peers = {frozenset((a.name, b.name)): Link(rng.choice([5e10, 1e9]), 0.0)
+             for a in accelerators for b in accelerators
+             if a.name < b.name and a.server == b.server and rng.random() < 0.3}
+    network = Link(rng.choice([1e9, 1e10]), 1e-4) if servers > 1 else None
+    return Platform(tuple(devices), "random", peer_links=peers, network=network)
+
+
+def random_graph(rng: random.Random, n: int, types: list[str], batch: int) -> TaskGraph:
+    edges = {(u, v) for v in range(1, n) for u in rng.sample(range(v), min(v, rng.randint(0, 2)))}
+    tasks = []
+    for i in range(n):
+        times, tables = {}, {}
+        for kind in types:
+            if rng.random() < 0.9 or not times:
+                times[kind] = rng.uniform(1e-4, 5e-3) * (5 if kind == "cpu" else 1)
+                serial = rng.uniform(0, 1)
+                tables[kind] = {b: times[kind] * (1 - serial + serial * b) for b in range(2, batch + 1)}
+        extra: dict = {}
+        if rng.random() < 0.1:
+            extra["colocation"] = f"g{rng.randint(0, 1)}"
+        if rng.random() < 0.1:
+            extra["allowed_types"] = frozenset(rng.sample(sorted(times), 1))
+        tasks.append(Task(f"t{i}", times, time_by_batch={k: v for k, v in tables.items() if v},
+                          memory_bytes=rng.choice([0.0, rng.uniform(0, 2e8)]),
+                          output_bytes=rng.choice([0.0, rng.uniform(1e3, 5e6)]), **extra))
+    return TaskGraph.create(tasks, [(f"t{a}", f"t{b}") for a, b in sorted(edges)], name="random")
+
+
+def random_problem(seed: int, kind: str) -> Problem:
+    """The first problem of ``kind`` drawn from ``seed`` on that the model accepts (some need more memory than
+    all devices hold, or put a co-location group where no device fits it)."""
+    rng = random.Random(seed)
+    while True:
+        platform = random_platform(rng)
+        batch = rng.randint(2, 4) if kind == "batch" else 1
+        graph = random_graph(rng, rng.randint(3, 9), sorted({d.type for d in platform.devices}), batch)
+        objective = Objective(kind.split("-")[0], batch if kind == "batch" else None,
+                              contiguous=kind.endswith("contiguous"))
+        try:
+            return Problem(graph, platform, objective)
+        except DivimlError:
+            continue
+
+
+@pytest.mark.parametrize("kind", ["latency", "batch", "pipeline", "pipeline-contiguous"])
+@pytest.mark.parametrize("seed", range(6))
+def test_no_bound_exceeds_a_valid_plan_and_no_plan_beats_one_called_optimal(seed, kind):
+    problem = random_problem(seed, kind)
+    plans, infeasible = {}, []
+    for name, info in REGISTRY.items():
+        if problem.objective.kind not in info.objectives:
+            continue
+        try:
+            plan = diviml.solve(problem, name, time_limit=LIMIT_S, seed=1)
+        except InfeasibleError:
+            infeasible.append(name)
+            continue
+        except DivimlError:  # a solver that does not take this platform (the DP: one server, no peer links)
+            continue
+        assert diviml.validate(plan, problem).ok, name
+        plans[name] = plan
+    if not plans:  # no plan at all (a contiguous split that memory rules out): the exact solvers agree
+        assert EXACT & set(infeasible)
+        return
+    best = min(plan.objective for plan in plans.values())
+    for name, plan in plans.items():
+        assert plan.bound <= best * (1 + TOLERANCE), f"{name}'s bound ({plan.bound_source}) exceeds a plan"
+        if plan.status == "optimal":
+            assert plan.objective <= best * (1 + TOLERANCE), f"{name} called a plan optimal that another beats"
+    assert not EXACT & set(infeasible), f"{sorted(EXACT & set(infeasible))} refused what {sorted(plans)} placed"
