@@ -124,6 +124,9 @@ def best_fill(problem: Problem, watch: Stopwatch, base: float | None = None):
             best = (*found, k)
         if watch.expired:
             return best[:3] if best else None
+    for found in _single_devices(problem):  # the fill may start on a device that cannot run it all
+        if best is None or found[0] < best[0]:
+            best = (*found, 0)
     if best is None or not math.isfinite(best[1]):
         return best[:3] if best else None
     k = best[3]
@@ -159,6 +162,20 @@ def _try_fill(problem: Problem, base: float, factor: float, order: list[str], de
         return evaluate(problem, parts)[0], factor, parts
     except ValidationError:  # call-latency: an accelerator's share needs more calls than allowed
         return None
+
+
+def _single_devices(problem: Problem):
+    """(value, inf, parts) of the whole graph on each device that may run every task and hold it all: the
+    fills start on the fastest device in total, which may be one that cannot (a call-latency plan then needs
+    more calls than allowed, where one device alone needs one)."""
+    total = sum(t.memory_bytes for t in problem.graph.tasks)
+    for d in problem.platform.devices:
+        if d.memory_bytes >= total and all(d.name in problem.allowed_devices[t.id] for t in problem.graph.tasks):
+            parts = {t.id: [(d.name, problem.batch_size)] for t in problem.graph.tasks}
+            try:
+                yield evaluate(problem, parts)[0], math.inf, parts
+            except ValidationError:
+                continue
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
