@@ -1,6 +1,7 @@
 """Pipeline (max-load) partitioning on the NeurIPS 2020 graphs: the DP and IP against the published optima."""
 
 import math
+import time
 from dataclasses import replace
 from itertools import product
 
@@ -127,6 +128,20 @@ def test_pipedream_chain_split_is_contiguous_and_no_better_than_the_dp(data_dir)
     chain = diviml.solve(p, "pipedream", time_limit=30)
     assert validate(chain, p).ok
     assert chain.objective >= REFERENCE["LayerGraphs/resnet50_inference"] * (1 - 1e-9)
+
+
+def test_pipedream_splits_a_wide_graph_in_seconds_and_past_its_time_gives_the_greedy_plan_saying_so():
+    """Segment loads kept up to date as a segment grows: inception_v3's 314 classes took 10 s to price one
+    segment at a time and the baseline gave no plan at all; where the DP still does not finish, the greedy
+    contiguous plan comes back, status timeout, within the limit."""
+    wide = Problem(layered_dag(300, seed=4), diviml.preset("paper-server"), Objective("pipeline", contiguous=True))
+    plan = diviml.solve(wide, "pipedream", time_limit=20)
+    assert plan.status == "feasible" and validate(plan, wide).ok
+    large = Problem(layered_dag(3000, seed=1), diviml.preset("paper-server"), Objective("pipeline"))
+    started = time.perf_counter()
+    plan = diviml.solve(large, "pipedream", time_limit=2)
+    assert time.perf_counter() - started < 2 + 1.5
+    assert plan.status == "timeout" and "greedy contiguous plan" in plan.notes[0] and validate(plan, large).ok
 
 
 def test_gpipe_training_objective_is_solved_by_the_ip_and_refused_by_the_dp(data_dir):
