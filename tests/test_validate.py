@@ -81,6 +81,19 @@ def test_a_non_contiguous_split_is_caught_when_contiguity_is_asked():
         check(plan, p)
 
 
+def test_two_convex_stages_that_pass_tensors_both_ways_are_not_a_contiguous_split():
+    """x1 -> x2 and y1 -> y2 with x1, y2 on P1 and x2, y1 on P2: each set is convex, but neither stage can
+    run first (found by fuzzing: the IP, which kept each set convex only, beat the DP's "optimal")."""
+    g = graph({t: ({"x": 1, "y": 1}, 0) for t in ("x1", "x2", "y1", "y2")}, [("x1", "x2"), ("y1", "y2")])
+    p = Problem(g, two_device_platform(), Objective("pipeline", contiguous=True))
+    placement = {"x1": "P1", "y2": "P1", "x2": "P2", "y1": "P2"}
+    plan = diviml.Plan("pipeline", tuple(Assignment(t, d) for t, d in placement.items()),
+                       diviml.pipeline_loads(p, placement).objective, 0.0, "feasible", "hand")
+    assert list(validate(plan, p).violations) == [
+        "the stages on devices 'P1' -> 'P2' -> 'P1' pass tensors round a cycle ('x1' -> 'x2', 'y1' -> 'y2'): "
+        "no order of the stages runs every tensor forward"]
+
+
 def test_a_task_on_a_forbidden_device_type_is_caught():
     g = graph({"a": ({"x": 1}, 0)}, [])
     p = Problem(g, two_device_platform(), Objective())

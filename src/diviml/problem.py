@@ -22,7 +22,8 @@ class Objective:
       (throughput = batch_size / makespan).
     - ``pipeline``: steady-state time per sample of a pipeline = max device load; for training graphs
       ``training`` picks PipeDream (max of forward+backward load) or GPipe (max forward + max backward).
-      ``contiguous`` asks for convex node sets per device.
+      ``contiguous`` asks for stages that run in one order: each device's node set convex, and no two
+      devices passing tensors both ways.
     - ``call-latency``: the NeurIPS 2020 latency model: each accelerator runs its node set as at most
       ``max_calls`` calls (inputs in, compute, outputs out), one after another; host CPU tasks run as soon
       as their inputs are ready, with unbounded parallelism.
@@ -56,7 +57,8 @@ class StageOrder:
     that touches such a unit orders ``unit(v)`` before ``unit(u)`` (the mirror of the backward flow), so it
     may sit on any stage between its consumers' and its producers'. Backward edges between units that hold
     forward tasks add nothing (their forward twins are ordered already). A split is contiguous when every
-    device's units form a convex set of this graph: no path leaves the set and re-enters it.
+    device's units form a convex set of this graph (no path leaves the set and re-enters it) and the sets,
+    contracted, leave it acyclic: the stages run in one order, every tensor flowing forward.
 
     >>> from diviml import Task, TaskGraph, preset
     >>> t = {"cpu": 1.0, "v100": 1.0, "a100": 1.0}

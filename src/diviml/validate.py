@@ -169,9 +169,12 @@ def _check_schedule(plan: Plan, problem: Problem, v: list[str]) -> float | None:
 
 
 def contiguity_violations(problem: Problem, placement: dict[str, str]) -> list[str]:
-    """Each device's units must be convex in the stage order (:class:`~diviml.problem.StageOrder`): no
-    path leaves a device's set and comes back. A unit's device is its first task's (co-location is checked
-    on its own)."""
+    """A contiguous split runs its stages in one order, every tensor flowing forward: the devices' sets of
+    units, contracted, leave the stage order (:class:`~diviml.problem.StageOrder`) acyclic. So each device's
+    set is convex (no path leaves it and comes back), and no two devices pass tensors both ways, directly or
+    through others (two convex sets can: x1 -> x2 and y1 -> y2 with x1, y2 on one device and x2, y1 on the
+    other; neither stage can run first, and the DP over ideals never makes such a split). A unit's device is
+    its first task's (co-location is checked on its own)."""
     order = problem.stage_order
     device = {u: placement[ts[0]] for u, ts in order.units.items()}
     successors: dict[str, list[str]] = {u: [] for u in device}
@@ -193,7 +196,39 @@ def contiguity_violations(problem: Problem, placement: dict[str, str]) -> list[s
                 if s not in seen:
                     seen.add(s)
                     frontier.append(s)
-    return out
+    return out or _stage_cycle(order.edges, device)
+
+
+def _stage_cycle(edges, device: dict[str, str]) -> list[str]:
+    """The devices whose stages pass tensors round in a cycle, as one violation (none where the contracted
+    order is acyclic)."""
+    between: dict[str, dict[str, tuple[str, str]]] = {}
+    for a, b in edges:
+        if device[a] != device[b]:
+            between.setdefault(device[a], {}).setdefault(device[b], (a, b))
+    state: dict[str, int] = {}  # 1: on the walk's path, 2: done
+    for root in sorted(between):
+        stack = [(root, iter(sorted(between.get(root, {}))))]
+        path = [root]
+        state[root] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif state.get(child) == 1:
+                cycle = path[path.index(child):] + [child]
+                hops = ", ".join(f"{_name(between[x][y][0])!r} -> {_name(between[x][y][1])!r}"
+                                 for x, y in zip(cycle, cycle[1:]))
+                return [f"the stages on devices {' -> '.join(repr(d) for d in cycle)} pass tensors round a cycle "
+                        f"({hops}): no order of the stages runs every tensor forward"]
+            elif child not in state:
+                state[child] = 1
+                path.append(child)
+                stack.append((child, iter(sorted(between.get(child, {})))))
+    return []
 
 
 def _name(unit: str) -> str:

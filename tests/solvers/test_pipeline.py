@@ -8,7 +8,7 @@ from itertools import product
 import pytest
 
 import diviml
-from diviml import InputError, Objective, Problem, Task, TaskGraph
+from diviml import Device, InputError, Link, Objective, Platform, Problem, Task, TaskGraph
 from diviml.generators import layered_dag
 from diviml.simulate import pipeline_loads
 from diviml.solvers.pipeline.common import Contracted
@@ -56,6 +56,24 @@ def test_the_contiguous_ip_agrees_with_the_dp(seed):
     ip = diviml.solve(p, "ip", time_limit=30, engine="highs")
     assert ip.status == "optimal" and validate(ip, p).ok
     assert ip.objective == pytest.approx(dp.objective, rel=1e-6)
+
+
+@pytest.mark.parametrize("solver", ["dp", "ip", "pipedream", "greedy", "local-search", "partitioner"])
+def test_a_contiguous_split_runs_its_stages_in_one_order_even_where_two_convex_sets_would_be_faster(solver):
+    """x1 and y2 are fast on P1, x2 and y1 on P2: {x1, y2} and {x2, y1} are convex (load 2 each) but pass
+    tensors both ways; a split whose stages run in one order puts a slow task on each device ({x1, y1} then
+    {x2, y2}: load 11)."""
+    fast, slow = {"x": 1.0, "y": 10.0}, {"x": 10.0, "y": 1.0}
+    g = TaskGraph.create([Task("x1", fast), Task("x2", slow), Task("y1", slow), Task("y2", fast)],
+                         [("x1", "x2"), ("y1", "y2")])
+    two = Platform((Device("P1", "x", math.inf, "s", False, Link(1.0, 0.0)),
+                    Device("P2", "y", math.inf, "s", False, Link(1.0, 0.0))))
+    p = Problem(g, two, Objective("pipeline", contiguous=True))
+    plan = diviml.solve(p, solver, time_limit=10, seed=1)
+    assert validate(plan, p).ok and plan.objective >= 11.0 * (1 - 1e-9)
+    if solver in ("dp", "ip"):
+        assert plan.status == "optimal" and plan.objective == pytest.approx(11.0)
+    assert diviml.solve(replace(p, objective=Objective("pipeline")), "ip", time_limit=10).objective == pytest.approx(2.0)
 
 
 def brute_force(p: Problem, contiguous: bool) -> float:

@@ -26,7 +26,7 @@ def _add_problem_options(p: argparse.ArgumentParser, default_objective: str | No
     p.add_argument("--training", choices=("pipedream", "gpipe"), default="pipedream",
                    help="training objective for pipelines of training graphs")
     p.add_argument("--contiguous", action=argparse.BooleanOptionalAction, default=False,
-                   help="pipeline: every device holds a convex node set")
+                   help="pipeline: stages that run in one order (every device holds a convex node set, and no two devices pass tensors both ways)")
     p.add_argument("--calls", type=int, default=1,
                    help="call-latency: calls (contiguous subgraphs) per accelerator, q (default 1)")
     p.add_argument("--accelerators", type=int, help="NeurIPS scenario: override k")

@@ -4,7 +4,7 @@ From a random feasible placement of the co-location classes, repeatedly apply th
 to another device) that lowers the max-load most, until none does; restart from a new random placement
 until the time runs out; keep the best. Non-contiguous splits, unless the objective asks for contiguous
 ones: then a start is a topological order of the classes cut into runs over the devices (a run of a
-topological order is convex), and a move counts only where every device still holds a convex set. Seeded and
+topological order is convex), and a move counts only where the split stays contiguous. Seeded and
 deterministic for a seed.
 """
 

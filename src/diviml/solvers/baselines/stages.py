@@ -70,7 +70,7 @@ def plan_of_stages(problem: Problem, layers: list[list[str]], devices: list[str]
 def _check_moved(problem: Problem, placement: dict[str, str], solver: str) -> None:
     """Raise InfeasibleError where tasks a stage's device may not run, moved to another device, break the
     placement (:func:`~diviml.validate.placement_violations`): overfill it, spread their co-location group or
-    (a contiguous pipeline) leave a device holding a set that is not convex."""
+    (a contiguous pipeline) leave the stages out of one order."""
     broken = placement_violations(problem, placement)
     if broken:
         raise InfeasibleError(f"{solver}: tasks that their stage's device may not run moved to another, and then "

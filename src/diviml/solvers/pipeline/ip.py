@@ -46,7 +46,8 @@ def build(problem: Problem, contracted: Contracted, symmetry: str, unit: float =
 
     In phases: x[c, d] class c on device d (exactly one); T[phase] the max load; each device's compute
     load; o/i[k, d] producer k's output hopped out of / into d, on d's load; loads below T; memory;
-    contiguity (z[c, d]: c reached from d); symmetry between identical devices."""
+    contiguity (z[c, d]: c reached from d; r[d, e]: d reaches e's classes, p[d] d's place in the order of
+    the stages); symmetry between identical devices."""
     gpipe = problem.is_training and problem.objective.training == "gpipe"
     phases = ("forward", "backward") if gpipe else ("all",)
     m = LinearModel()
@@ -68,9 +69,10 @@ def build(problem: Problem, contracted: Contracted, symmetry: str, unit: float =
         m.row(terms + [(T[ph], -1.0)], upper=0.0)
     _memory(m, problem, contracted, x)
     z = _contiguity(m, contracted, devices, x) if problem.objective.contiguous else {}
+    stages = _stage_order(m, contracted, devices, x, z) if z else {}
     if symmetry != "none":
         _symmetry(m, problem, contracted, x, load, phases, symmetry)
-    return m, {"x": x, "T": T, "comm": comm, "z": z, "unit": unit}
+    return m, {"x": x, "T": T, "comm": comm, "z": z, "stages": stages, "unit": unit}
 
 
 def _assignment(m: LinearModel, problem: Problem, contracted: Contracted, devices: list[str]) -> dict:
@@ -156,6 +158,26 @@ def _contiguity(m: LinearModel, contracted: Contracted, devices: list[str], x: d
     return z
 
 
+def _stage_order(m: LinearModel, contracted: Contracted, devices: list[str], x: dict, z: dict) -> dict:
+    """The stages run in one order, every tensor flowing forward: r[d, e] >= 1 where a class on e is reached
+    from d's classes, and then p[e] >= p[d] + 1 (places 0 .. K-1). Convex sets alone may pass tensors both
+    ways between two devices (x1 -> x2, y1 -> y2 with x1, y2 on one and x2, y1 on the other), which no order
+    of the stages runs and the DP over ideals never makes."""
+    k = len(devices)
+    place = {d: m.var(0.0, k - 1.0) for d in devices}
+    reach = {}
+    for d in devices:
+        for e in devices:
+            if d == e:
+                continue
+            reach[d, e] = m.var(0.0, 1.0)
+            for c in range(contracted.num_classes):
+                if (c, e) in x:
+                    m.row([(x[c, e], 1.0), (z[c, d], 1.0), (reach[d, e], -1.0)], upper=1.0)
+            m.row([(place[e], 1.0), (place[d], -1.0), (reach[d, e], -float(k))], lower=1.0 - k)
+    return {"reach": reach, "place": place}
+
+
 def _symmetry(m: LinearModel, problem: Problem, contracted: Contracted, x: dict, load: dict, phases,
               symmetry: str) -> None:
     """Identical devices, and identical servers, in order of their classes (``tasks``) or load (``busy``)."""
@@ -184,6 +206,7 @@ def hint_vector(m: LinearModel, maps, problem: Problem, contracted: Contracted, 
     for ph, i in maps["T"].items():
         v[i] = maps["unit"] * (max(loads.forward.values()) if ph == "forward" else max(loads.backward.values())
                                if ph == "backward" else max(loads.total.values()))
+    reached: dict[str, set[str]] = {}  # device -> the other devices whose classes its classes reach
     if maps["z"]:
         import networkx as nx
         g = nx.DiGraph(list(contracted.forward_edges))
@@ -195,6 +218,17 @@ def hint_vector(m: LinearModel, maps, problem: Problem, contracted: Contracted, 
             for (c, dd), i in maps["z"].items():
                 if dd == d:
                     v[i] = 1.0 if c in reach else 0.0
+            reached[d] = {device_of_class[c] for c in reach} - {d}
+    if maps["stages"]:
+        ahead = nx.DiGraph([(d, e) for d, es in reached.items() for e in es])
+        ahead.add_nodes_from(maps["stages"]["place"])
+        try:
+            for k, d in enumerate(nx.lexicographical_topological_sort(ahead)):
+                v[maps["stages"]["place"][d]] = float(k)
+        except nx.NetworkXUnfeasible:  # a start whose stages pass tensors round a cycle: not a start
+            pass
+        for (d, e), i in maps["stages"]["reach"].items():
+            v[i] = 1.0 if e in reached.get(d, ()) else 0.0
     return v
 
 
@@ -253,10 +287,13 @@ SECONDS_PER_COLUMN = 3e-5
 
 def _columns(problem: Problem, contracted: Contracted) -> int:
     """At most the IP's columns: per class and device x, out and in (and net between servers), and two per
-    peer link."""
+    peer link; for contiguous splits z and the rows that order the stages (counted as columns)."""
     platform = problem.platform
     per_device = 4 if len({d.server for d in platform.devices}) > 1 else 3
-    return len(contracted.members) * (per_device * len(platform.devices) + 2 * len(platform.peer_links))
+    k = len(platform.devices)
+    if problem.objective.contiguous:  # z, and a row per class and pair of devices ordering the stages
+        per_device += k
+    return len(contracted.members) * (per_device * k + 2 * len(platform.peer_links))
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: str = "auto",
