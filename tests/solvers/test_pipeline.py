@@ -74,6 +74,9 @@ def test_a_contiguous_split_runs_its_stages_in_one_order_even_where_two_convex_s
     if solver in ("dp", "ip"):
         assert plan.status == "optimal" and plan.objective == pytest.approx(11.0)
     assert diviml.solve(replace(p, objective=Objective("pipeline")), "ip", time_limit=10).objective == pytest.approx(2.0)
+    linked = replace(p, platform=replace(p.platform, peer_links={frozenset(("P1", "P2")): Link(1.0, 0.0)}))
+    plan = diviml.solve(linked, "ip", time_limit=10, engine="highs")  # the DP does not take a peer link: the IP's rows
+    assert plan.status == "optimal" and plan.objective == pytest.approx(11.0) and validate(plan, linked).ok
 
 
 def brute_force(p: Problem, contiguous: bool) -> float:
@@ -99,7 +102,21 @@ def test_dp_and_ip_are_exact_on_small_random_graphs(seed):
                         engine="highs").objective == pytest.approx(opt, rel=1e-9)
     dp = diviml.solve(p, "dp", time_limit=60)
     assert opt <= dp.objective * (1 + 1e-12)
-    assert dp.objective <= brute_force(p, contiguous=True) * (1 + 1e-12)
+    assert dp.objective == pytest.approx(brute_force(p, contiguous=True), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_contiguous_ip_is_exact_where_the_dp_cannot_run(seed):
+    """A peer link between the GPUs: the DP (transfers staged through one host) does not take the platform, so
+    the IP's own contiguity rows, each set convex and the stages in one order, decide the split."""
+    paper = diviml.preset("paper-server")
+    linked = replace(paper, peer_links={frozenset(("v100", "a100")): Link(50e9, 2e-6)})
+    p = Problem(layered_dag(7, seed=seed), linked, Objective("pipeline", contiguous=True))
+    with pytest.raises(InputError, match="one host"):
+        diviml.solve(p, "dp", time_limit=10)
+    ip = diviml.solve(p, "ip", time_limit=60, engine="highs")
+    assert ip.status == "optimal" and validate(ip, p).ok
+    assert ip.objective == pytest.approx(brute_force(p, contiguous=True), rel=1e-9)
 
 
 @pytest.mark.parametrize("seed", range(6))

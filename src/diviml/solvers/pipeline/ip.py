@@ -21,7 +21,7 @@ import math
 from collections import Counter
 from dataclasses import replace
 
-from ...bounds import IP
+from ...bounds import EXACT_DP, IP
 from ...plan import Plan
 from ...problem import Problem
 from ...simulate import pipeline_loads
@@ -310,6 +310,11 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
     if start is not None and start.objective <= generic + PROVEN_GAP * start.objective:  # optimal, as statuses go
         return make_plan(problem, placement=start.placement, solver=NAME, status="optimal", watch=watch, notes=[
             f"the warm start ({start.solver}) meets the lower bound: optimal without the IP", *start.notes])
+    if (start is not None and problem.objective.contiguous and start.status == "optimal"
+            and start.bound_source == EXACT_DP):  # the DP solves the same contiguous problem, to optimality
+        return make_plan(problem, placement=start.placement, solver=NAME, status="optimal", watch=watch,
+                         bound=start.bound, bound_source=EXACT_DP, notes=[
+                             "the DP over ideals proved this contiguous split optimal: no IP needed", *start.notes])
     scale = start.objective if start else generic
     columns = _columns(problem, contracted)
     if start is not None and columns * SECONDS_PER_COLUMN > watch.left:
