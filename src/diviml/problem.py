@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -190,3 +191,21 @@ class Problem:
         if total > capacity:
             raise InfeasibleError(f"the graph needs {total:.4g} bytes of memory but all devices together hold "
                                   f"{capacity:.4g}: raise the memory limit or add devices")
+        self._check_confined_memory()
+
+    def _check_confined_memory(self) -> None:
+        """Tasks that may run only within a set of devices (their types, memory) must fit those devices'
+        memory together: checked for each set some task is confined to (a handful), so that the user hears
+        which tasks and devices, not an exact solver's bare "infeasible"."""
+        need = [(frozenset(self.allowed_devices[t.id]), t.memory_bytes, t.id) for t in self.graph.tasks
+                if t.memory_bytes > 0]
+        by_name = self.platform.by_name
+        for devices in {d for d, _, _ in need}:
+            held = sum(by_name[d].memory_bytes for d in devices)
+            inside = [(m, t) for d, m, t in need if d <= devices]
+            if math.isfinite(held) and sum(m for m, _ in inside) > held * (1 + 1e-5):  # above the validator's tolerance
+                names = ", ".join(repr(t) for _, t in sorted(inside, reverse=True)[:4])
+                raise InfeasibleError(
+                    f"tasks {names}{' ...' if len(inside) > 4 else ''} ({len(inside)} in all) may run only on "
+                    f"{', '.join(sorted(devices))} and need {sum(m for m, _ in inside):.4g} bytes, more than the "
+                    f"{held:.4g} those devices hold: raise the memory limit or let the tasks run elsewhere")
