@@ -250,13 +250,14 @@ def test_a_contiguous_split_that_must_put_a_group_and_the_tasks_between_on_no_de
 @pytest.mark.parametrize("solver,says", [("heft", "heft could not place task 't2'.*try exact or split"),
                                          ("greedy", "greedy's fill found no placement.*try exact or split")])
 def test_where_a_greedy_baseline_fills_memory_into_a_corner_it_says_so_and_exact_packs_it(solver, says):
-    """t0 goes to the fast device F and leaves it 20 MB; t1 then fills the slow S to 40 MB left, and t2
-    (60 MB) fits nowhere. Packing t0 and t1 on S and t2 on F fits: a refusal that sends the user to the
-    exact solvers, which find it (found by fuzzing: the messages said to raise the memory limit)."""
+    """t0 goes to the fast device F and leaves it 20 MB; t1 (61 MB, too large for F) then leaves the slow S
+    44 MB, and t2 (60 MB) fits nowhere. Packing t0 and t1 on S and t2 on F fits, and nothing else does: a
+    refusal that sends the user to the exact solvers, which find it (found by fuzzing: the messages said to
+    raise the memory limit)."""
     link = Link(1e9, 0.0)
-    platform = Platform((Device("F", "fast", 60e6, "s", False, link), Device("S", "slow", 100e6, "s", False, link)))
+    platform = Platform((Device("F", "fast", 60e6, "s", False, link), Device("S", "slow", 105e6, "s", False, link)))
     tasks = [Task(f"t{i}", {"fast": 1.0, "slow": 3.0}, memory_bytes=m, output_bytes=1.0)
-             for i, m in enumerate((40e6, 60e6, 60e6))]
+             for i, m in enumerate((40e6, 61e6, 60e6))]
     problem = Problem(TaskGraph.create(tasks, [("t0", "t1"), ("t1", "t2")]), platform, Objective())
     with pytest.raises(diviml.InfeasibleError, match=says):
         diviml.solve(problem, solver, time_limit=5)
