@@ -203,9 +203,10 @@ class Problem:
         for devices in {d for d, _, _ in need}:
             held = sum(by_name[d].memory_bytes for d in devices)
             inside = [(m, t) for d, m, t in need if d <= devices]
-            if math.isfinite(held) and sum(m for m, _ in inside) > held * (1 + 1e-5):  # above the validator's tolerance
+            needed = sum(m for m, _ in inside)
+            if math.isfinite(held) and needed > held * (1 + 1e-5):  # above the validator's tolerance
                 names = ", ".join(repr(t) for _, t in sorted(inside, reverse=True)[:4])
                 raise InfeasibleError(
                     f"tasks {names}{' ...' if len(inside) > 4 else ''} ({len(inside)} in all) may run only on "
-                    f"{', '.join(sorted(devices))} and need {sum(m for m, _ in inside):.4g} bytes, more than the "
+                    f"{', '.join(sorted(devices))} and need {needed:.4g} bytes, more than the "
                     f"{held:.4g} those devices hold: raise the memory limit or let the tasks run elsewhere")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+import networkx as nx
+
 from .errors import ValidationError
 from .plan import Plan
 from .problem import Problem
@@ -202,33 +204,20 @@ def contiguity_violations(problem: Problem, placement: dict[str, str]) -> list[s
 def _stage_cycle(edges, device: dict[str, str]) -> list[str]:
     """The devices whose stages pass tensors round in a cycle, as one violation (none where the contracted
     order is acyclic)."""
-    between: dict[str, dict[str, tuple[str, str]]] = {}
-    for a, b in edges:
+    between = nx.DiGraph()
+    tensor: dict[tuple[str, str], tuple[str, str]] = {}  # a tensor on each edge between devices, to name it
+    for a, b in sorted(edges):
         if device[a] != device[b]:
-            between.setdefault(device[a], {}).setdefault(device[b], (a, b))
-    state: dict[str, int] = {}  # 1: on the walk's path, 2: done
-    for root in sorted(between):
-        stack = [(root, iter(sorted(between.get(root, {}))))]
-        path = [root]
-        state[root] = 1
-        while stack:
-            node, children = stack[-1]
-            child = next(children, None)
-            if child is None:
-                state[node] = 2
-                stack.pop()
-                path.pop()
-            elif state.get(child) == 1:
-                cycle = path[path.index(child):] + [child]
-                hops = ", ".join(f"{_name(between[x][y][0])!r} -> {_name(between[x][y][1])!r}"
-                                 for x, y in zip(cycle, cycle[1:]))
-                return [f"the stages on devices {' -> '.join(repr(d) for d in cycle)} pass tensors round a cycle "
-                        f"({hops}): no order of the stages runs every tensor forward"]
-            elif child not in state:
-                state[child] = 1
-                path.append(child)
-                stack.append((child, iter(sorted(between.get(child, {})))))
-    return []
+            between.add_edge(device[a], device[b])
+            tensor.setdefault((device[a], device[b]), (a, b))
+    try:
+        cycle = nx.find_cycle(between)
+    except nx.NetworkXNoCycle:
+        return []
+    hops = ", ".join(f"{_name(tensor[e][0])!r} -> {_name(tensor[e][1])!r}" for e in cycle)
+    devices = " -> ".join(repr(d) for d in [cycle[0][0], *(e[1] for e in cycle)])
+    return [f"the stages on devices {devices} pass tensors round a cycle ({hops}): no order of the stages runs "
+            "every tensor forward"]
 
 
 def _name(unit: str) -> str:

@@ -15,7 +15,9 @@ from ...bounds import spread_bound, work_bound
 from ...errors import InfeasibleError, ValidationError
 from ...problem import Problem
 from ...validate import contiguity_violations
+from ..auto import PIPELINE
 from ..engines.plans import Stopwatch, evaluate, make_plan
+from . import best_device
 
 NAME = "greedy"
 TARGET_FACTORS = (1.0, 1.05, 1.15, 1.3, 1.6, 2.0, 3.0, math.inf)  # inf: one device, memory permitting
@@ -168,14 +170,12 @@ def _single_devices(problem: Problem):
     """(value, inf, parts) of the whole graph on each device that may run every task and hold it all: the
     fills start on the fastest device in total, which may be one that cannot (a call-latency plan then needs
     more calls than allowed, where one device alone needs one)."""
-    total = sum(t.memory_bytes for t in problem.graph.tasks)
-    for d in problem.platform.devices:
-        if d.memory_bytes >= total and all(d.name in problem.allowed_devices[t.id] for t in problem.graph.tasks):
-            parts = {t.id: [(d.name, problem.batch_size)] for t in problem.graph.tasks}
-            try:
-                yield evaluate(problem, parts)[0], math.inf, parts
-            except ValidationError:
-                continue
+    for d in best_device.candidates(problem):
+        parts = {t.id: [(d, problem.batch_size)] for t in problem.graph.tasks}
+        try:
+            yield evaluate(problem, parts)[0], math.inf, parts
+        except ValidationError:
+            continue
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
@@ -191,7 +191,7 @@ def fill_plan(problem: Problem, watch: Stopwatch, base: float | None = None):
                  if problem.objective.kind == "call-latency" else "")
         kind = problem.objective.kind
         contiguous = " in contiguous stages" if kind == "pipeline" and problem.objective.contiguous else ""
-        exact = {"pipeline": "ip", "call-latency": "call-exact"}.get(kind, "exact or split")
+        exact = PIPELINE.get(kind, "exact or split")
         raise InfeasibleError(f"greedy's fill found no placement{contiguous} within the devices' memory{calls}: "
                               f"try {exact} (an exact search packs memory) or raise the memory limit")
     value, factor, parts = best

@@ -23,6 +23,7 @@ from ...errors import InfeasibleError
 from ...native import native_stdout_to_stderr
 from ...problem import Problem
 from ...validate import contiguity_violations
+from ..auto import PIPELINE
 from ..engines.plans import Stopwatch, evaluate, make_plan
 from ..pipeline.common import Contracted
 from ..pipeline.evaluate import ClassEvaluator
@@ -179,7 +180,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
         if watch.expired:
             break
     if best is None:
-        exact = "ip" if problem.objective.kind == "pipeline" else "exact or split"
+        exact = PIPELINE.get(problem.objective.kind, "exact or split")
         raise InfeasibleError("the partitioner found no split that fits the memory limits" + (
             " and is contiguous (its parts, made acyclic, still left a device and came back): use dp or ip"
             if contiguous else f" (its repair moves tasks one by one): try {exact} (an exact search packs memory) or raise "
