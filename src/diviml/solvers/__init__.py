@@ -88,6 +88,8 @@ REGISTRY: dict[str, SolverInfo] = {s.name: s for s in (
                True),
     SolverInfo("heft", "baselines.heft", ("latency", "batch"),
                "HEFT: upward rank, insertion-based earliest finish time, memory-aware (baseline)", True),
+    SolverInfo("list-search", "baselines.list_search", ("latency",),
+               "HEFT's plan improved by iterated local search over devices, timed by list scheduling", True),
     SolverInfo("exact", "exact", ("latency", "batch"),
                "CP-SAT: optimal device, order and batch split with a proven bound (default exact engine)"),
     SolverInfo("milp", "milp", ("latency", "batch"),

@@ -43,7 +43,7 @@ from .engines.jobs import JobGraph
 from .engines.modules import detect
 from .engines.outcome import Outcome
 from .engines.probes import probe
-from .search import exact_search, heft_hint
+from .search import exact_search, start_hint
 
 NAME = "exact"
 PIECE_SIZE = 20  # consecutive pieces are merged up to this many tasks
@@ -70,10 +70,10 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
                     "(entry, exit) device pair and joined by the chain DP")
             return replace(plan, solver=NAME, notes=(note,) + plan.notes)
 
-    def engine(jobs: JobGraph, upper: float, budget: float) -> Outcome:
+    def engine(jobs: JobGraph, upper: float, budget: float, start: Plan | None) -> Outcome:
         began = time.perf_counter()
         floor = lower_bound(problem)  # a bound of every plan, so of those of this split too
-        hint = heft_hint(jobs, symmetry)  # before the model's clock starts: its time counts against the budget
+        hint = start_hint(jobs, symmetry, start)  # before the model's clock starts: it counts against the budget
         cuts = energetic_cuts(problem) if jobs.sizes == (problem.batch_size,) else ()
         probing = problem.objective.kind == "latency" and len(jobs.jobs) <= PROBES_UP_TO
         model = dict(upper=upper, seed=seed, workers=workers, symmetry=symmetry, resolution=resolution, cuts=cuts,

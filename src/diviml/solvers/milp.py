@@ -24,7 +24,7 @@ from .engines.jobs import JobGraph
 from .engines.linear import LinearModel, solve_linear
 from .engines.outcome import Outcome
 from .engines.symmetry import base, ordered_pairs
-from .search import exact_search, heft_hint
+from .search import exact_search, start_hint
 
 NAME = "milp"
 SCALE = 1000.0
@@ -156,9 +156,10 @@ class _Formulation:
                        + [(x[j, d], -w(j, d)) for d in second for j in jobs.jobs if (j, d) in x], 0.0)
 
 
-def hint_vector(m: LinearModel, maps, jobs: JobGraph, symmetry: str) -> list[float] | None:
-    """HEFT's schedule as values of every variable (memory indicators completed from the assignment)."""
-    hint = heft_hint(jobs, symmetry)
+def hint_vector(m: LinearModel, maps, jobs: JobGraph, symmetry: str, plan: Plan | None = None) -> list[float] | None:
+    """:func:`.search.start_hint`'s schedule as values of every variable (memory indicators completed from the
+    assignment)."""
+    hint = start_hint(jobs, symmetry, plan)
     if hint is None:
         return None
     dev, start = hint
@@ -179,14 +180,14 @@ def hint_vector(m: LinearModel, maps, jobs: JobGraph, symmetry: str) -> list[flo
 
 
 def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0, engine: str = "auto",
-               symmetry: str = "tasks", threads: int | None = None) -> Outcome:
+               symmetry: str = "tasks", threads: int | None = None, start: Plan | None = None) -> Outcome:
     began = time.perf_counter()
     try:
         m, maps = build(jobs, upper, symmetry, deadline=began + time_limit)
     except BuildTimeout as exc:
         return Outcome(None, None, "unknown", 0.0, None, {"note": str(exc)})
     result = solve_linear(m, time_limit=max(time_limit - (time.perf_counter() - began), 0.01), seed=seed,
-                          hint=hint_vector(m, maps, jobs, symmetry), engine=engine, threads=threads)
+                          hint=hint_vector(m, maps, jobs, symmetry, start), engine=engine, threads=threads)
     stats = {"milp_variables": float(m.num_vars), "milp_rows": float(len(m.rows))}
     if result.status == "infeasible":
         return Outcome(None, None, "infeasible", float("inf"), None, stats)
@@ -202,10 +203,10 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: str = "auto",
           symmetry: str = "tasks", workers: int | None = None, progress=None) -> Plan:
-    def run(jobs: JobGraph, upper: float, budget: float) -> Outcome:
+    def run(jobs: JobGraph, upper: float, budget: float, start: Plan | None) -> Outcome:
         if progress:
             progress(f"  milp: {len(jobs.jobs)} jobs, engine {engine}, {budget:.1f} s")
         return solve_jobs(jobs, upper=upper, time_limit=budget, seed=seed, engine=engine, symmetry=symmetry,
-                          threads=workers)
+                          threads=workers, start=start)
     return exact_search(problem, NAME, run, time_limit=time_limit, symmetry=symmetry, progress=progress,
                         engine_bound=MILP)

@@ -17,7 +17,7 @@ from ..bounds import lower_bound, lower_bound_source, serial_upper_bound
 from ..errors import InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
-from .baselines import best_device, data_parallel, heft
+from .baselines import best_device, data_parallel, heft, list_search
 from .baselines.priced_segments import priced_segments_plan
 from .baselines.streamed import streamed_plan
 from .engines.jobs import JobGraph, batch_splits
@@ -31,11 +31,20 @@ BASELINE_S_PER_TASK = 1e-4  # HEFT, its simulation and validation, per task (50,
 BEST_DEVICE_S_PER_TASK = 2e-4  # the best single device's plan, per task (GPT-3's 5,286 over 26 devices: 0.8 s)
 
 
+# of the time left after the baselines, for improving the best latency plan by list search (its work is set by this
+# share of the limit, and it stops earlier where kicks stop finding better plans): on random DAGs of 40-64 tasks,
+# exact at 30 s proved the same gaps with it as without (2.5-3.1%), and on randomly wired networks of 483-927
+# tasks, where CP-SAT on the whole graph and split's join do not leave the first plan, it is what improves on
+# HEFT (benchmarks/results/list_search.md, split_randwire.md)
+LIST_SEARCH_SHARE = 0.25
+
+
 def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25) -> Plan | None:
     """The best of HEFT, the best single device, (latency) the best runs of whole layers and the memory
     segments bound's placements spliced (:mod:`.baselines.priced_segments`), and (batch objective)
     data parallelism with unequal shares and the batch streamed through a pipeline's placement
-    (:mod:`.baselines.streamed`), or None when none fits the memory. The problem's lower bound is
+    (:mod:`.baselines.streamed`), or None when none fits the memory; a latency plan then improved by list search
+    (:mod:`.baselines.list_search`) in :data:`LIST_SEARCH_SHARE` of the time left. The problem's lower bound is
     computed first, with ``bound_share`` of the
     time left: each plan asks for it, and the first to ask would otherwise give its LPs all the time there is
     (a caller running this beside other work, in a process of its own, can give it more: see
@@ -56,7 +65,11 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
         attempts.append(lambda: split_layers(problem, Stopwatch(max(watch.left / 10, 1e-3))))
     if best_device.candidates(problem):
         attempts.append(lambda: best_device.solve(problem, time_limit=max(watch.left, 1e-3)))
-    return best_of(attempts)
+    best = best_of(attempts)
+    if best is not None and problem.objective.kind == "latency":
+        best = list_search.improve(problem, best, Stopwatch(watch.left * LIST_SEARCH_SHARE),
+                                   seconds=watch.limit * LIST_SEARCH_SHARE)  # its work: by the limit, not the clock
+    return best
 
 
 def bound_share_beside(problem: Problem, time_limit: float) -> float:
@@ -67,12 +80,18 @@ def bound_share_beside(problem: Problem, time_limit: float) -> float:
     return max(0.25, 1.0 - (BASELINE_S_PER_TASK * len(problem.graph) + 1.0) / time_limit)
 
 
-def heft_hint(jobs: JobGraph, symmetry: str):
-    """HEFT's (device, start) per job, relabelled to respect the symmetry order; None if HEFT fails."""
-    try:
-        device_of, start, _ = heft.heft_schedule(jobs)
-    except InfeasibleError:
-        return None
+def start_hint(jobs: JobGraph, symmetry: str, plan: Plan | None = None):
+    """A first schedule for an engine, (device, start) per job, relabelled to respect the symmetry order:
+    ``plan``'s where it is one part per task on a graph of one part per task (a latency plan: the best
+    baseline, list search's), else HEFT's; None if HEFT fails."""
+    if plan is not None and jobs.sizes == (jobs.problem.batch_size,) and len(plan.assignments) == len(jobs.jobs):
+        device_of = {(a.task, 0): a.device for a in plan.assignments}
+        start = {(a.task, 0): a.start or 0.0 for a in plan.assignments}
+    else:
+        try:
+            device_of, start, _ = heft.heft_schedule(jobs)
+        except InfeasibleError:
+            return None
     return relabel(device_of, jobs.problem, symmetry, lambda j, d: jobs.duration(j, d)), start
 
 
@@ -136,7 +155,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
             progress(f"  {name}: batch split {i + 1}/{len(splits)} ({'/'.join(map(str, sizes))} samples) at "
                      f"{watch.elapsed:.1f} s, best so far {best.objective if best else float('inf'):.6g}")
         reserve = VALIDATE_S_PER_TASK * len(jobs.jobs)  # for making its answer a plan: simulated and validated
-        out = engine(jobs, upper, max(watch.left / (len(splits) - i) - reserve, 0.0))
+        out = engine(jobs, upper, max(watch.left / (len(splits) - i) - reserve, 0.0), best)
         statuses.append(out.status)
         if out.status == "infeasible" and latency:
             raise InfeasibleError("no plan satisfies the memory and co-location constraints: raise the memory "

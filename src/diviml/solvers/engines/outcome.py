@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .jobs import JobGraph
+
+if TYPE_CHECKING:
+    from ...plan import Plan
 
 
 @dataclass(frozen=True)
@@ -18,4 +21,5 @@ class Outcome:
     stats: dict | None = None
 
 
-Engine = Callable[[JobGraph, float, float], Outcome]  # (jobs, upper bound on makespan, seconds) -> Outcome
+# (jobs, upper bound on makespan, seconds, the best plan so far: its schedule is the engine's first) -> Outcome
+Engine = Callable[[JobGraph, float, float, "Plan | None"], Outcome]

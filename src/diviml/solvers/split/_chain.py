@@ -3,6 +3,7 @@ of the join and the baselines, with its bound and counts."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 
@@ -163,6 +164,8 @@ def _walk(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, sh
         if plan is not None and bounds:
             walks.chain_bound = max(walks.chain_bound or 0.0, res.lower)
             walks.proven = walks.proven or (exact_chain and res.counts.optimal == res.counts.solves)
+        if plan is not None:  # what the join itself found, kept or not (a baseline may be as good)
+            walks.stats["join_makespan"] = min(walks.stats.get("join_makespan", math.inf), res.partial.makespan)
         if plan is not None and (walks.best is None or plan.objective < walks.best.objective):
             _keep(walks, plan, res, sizes)
         unproven = res.counts.optimal < res.counts.solves
@@ -176,7 +179,6 @@ def _walk(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, sh
 def _keep(walks: _Walks, plan: Plan, res: JoinResult, sizes: tuple[int, ...]) -> None:
     """The join's ``plan`` is the best so far: keep it, with the notes that describe it."""
     walks.best = plan
-    walks.stats["join_makespan"] = res.partial.makespan
     walks.notes[:] = [n for n in walks.notes if not n.startswith(("batch split", "memory repaired"))]
     if res.repaired:
         walks.notes.append("memory repaired: a module fitted no state's budget, tasks were moved after")
