@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..problem import Problem
-from .engines.modules import detect
+from .engines.modules import detect, piece_sizes
 
 __all__ = ["Features", "features", "choose", "EXACT_TASKS"]
 
@@ -35,7 +35,7 @@ class Features:
 def features(problem: Problem) -> Features:
     from . import exact  # exact imports the engines this module is imported beside
 
-    sizes = exact.piece_sizes(detect(problem.graph, 1, cut_large=False))
+    sizes = piece_sizes(detect(problem.graph, 1, cut_large=False))
     tasks = sum(sizes)
     decomposes = exact.pays_to_decompose(problem, detect(problem.graph, exact.PIECE_SIZE, cut_large=False))
     return Features(tasks, len(sizes), max(sizes) / max(tasks, 1), decomposes)

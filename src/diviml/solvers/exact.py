@@ -40,7 +40,7 @@ from ..problem import Problem
 from . import split
 from .engines.cpsat import solve_jobs
 from .engines.jobs import JobGraph
-from .engines.modules import detect
+from .engines.modules import detect, piece_sizes
 from .engines.outcome import Outcome
 from .engines.probes import probe
 from .search import exact_search, start_hint
@@ -91,11 +91,6 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
 
 
 LARGEST_PIECE_SHARE = 0.75  # decompose only where no piece holds more of the tasks than this
-
-
-def piece_sizes(chain) -> list[int]:
-    """Tasks of each piece of ``chain`` that take part in the schedule (constants not counted)."""
-    return [sum(t not in chain.constants for t in m.tasks) for m in chain.modules]
 
 
 def pays_to_decompose(problem: Problem, chain) -> bool:

@@ -21,6 +21,7 @@ from .baselines import best_device, data_parallel, heft, list_search
 from .baselines.priced_segments import priced_segments_plan
 from .baselines.streamed import streamed_plan
 from .engines.jobs import JobGraph, batch_splits
+from .engines.modules import detect, piece_sizes
 from .engines.outcome import Engine
 from .engines.plans import VALIDATE_S_PER_TASK, Stopwatch, best_of, better_bound, plan_from_jobs
 from .engines.symmetry import CRITERIA, relabel
@@ -37,6 +38,11 @@ BEST_DEVICE_S_PER_TASK = 2e-4  # the best single device's plan, per task (GPT-3'
 # tasks, where CP-SAT on the whole graph and split's join do not leave the first plan, it is what improves on
 # HEFT (benchmarks/results/list_search.md, split_randwire.md)
 LIST_SEARCH_SHARE = 0.25
+# tasks: list search only where a piece of the graph between series points is larger than this, the size beyond
+# which exact only minimises (exact.PROBES_UP_TO): smaller pieces CP-SAT solves better, and split's join waits
+# for the baseline (layered DAGs of 120 and 320 tasks, pieces of 20: split proved them optimal in 0.8 s, and in
+# 4.5 s with list search in its baseline; randomly wired networks' pieces: 241-369 tasks; GPT-3's: 46)
+LIST_SEARCH_FROM = 100
 
 
 def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25) -> Plan | None:
@@ -44,7 +50,8 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
     segments bound's placements spliced (:mod:`.baselines.priced_segments`), and (batch objective)
     data parallelism with unequal shares and the batch streamed through a pipeline's placement
     (:mod:`.baselines.streamed`), or None when none fits the memory; a latency plan then improved by list search
-    (:mod:`.baselines.list_search`) in :data:`LIST_SEARCH_SHARE` of the time left. The problem's lower bound is
+    (:mod:`.baselines.list_search`) in :data:`LIST_SEARCH_SHARE` of the time left where a piece between series
+    points has more than :data:`LIST_SEARCH_FROM` tasks. The problem's lower bound is
     computed first, with ``bound_share`` of the
     time left: each plan asks for it, and the first to ask would otherwise give its LPs all the time there is
     (a caller running this beside other work, in a process of its own, can give it more: see
@@ -66,7 +73,8 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
     if best_device.candidates(problem):
         attempts.append(lambda: best_device.solve(problem, time_limit=max(watch.left, 1e-3)))
     best = best_of(attempts)
-    if best is not None and problem.objective.kind == "latency":
+    if best is not None and problem.objective.kind == "latency" and max(
+            piece_sizes(detect(problem.graph, 1, cut_large=False)), default=0) > LIST_SEARCH_FROM:
         best = list_search.improve(problem, best, Stopwatch(watch.left * LIST_SEARCH_SHARE),
                                    seconds=watch.limit * LIST_SEARCH_SHARE)  # its work: by the limit, not the clock
     return best

@@ -35,7 +35,7 @@ __all__ = ["improve", "solve"]
 NAME = "list-search"
 KICK = (2, 8)  # tasks moved at random between descents, at least and at most
 NEIGHBOUR_KICK = 0.5  # the chance that a kicked task takes each of its neighbours along
-STALL_ROUNDS = 200  # kicks in a row that find nothing better end the search before its time
+STALL_ROUNDS = 200  # kicks in a row that find nothing better end the search before its work is spent
 # the search's work (tasks timed) per second it is given: about a third of what this 2-core machine times (2.6-4.5
 # million a second), so that the work, the same on any machine, ends it before the clock does on a machine up to
 # three times as loaded, and its plan does not depend on the load (split's plans must not)

@@ -109,6 +109,11 @@ def series_points(graph: TaskGraph, order: list[str]) -> list[int]:
     return out
 
 
+def piece_sizes(chain: Chain) -> list[int]:
+    """Tasks of each piece of ``chain`` that take part in the schedule (constants not counted)."""
+    return [sum(t not in chain.constants for t in m.tasks) for m in chain.modules]
+
+
 def detect(graph: TaskGraph, max_size: int = 20, crossing_weight: float = 2.0, *, cut_large: bool = True,
            whole_size: int | None = None) -> Chain:
     """The chain of modules of ``graph``; ``crossing_weight``: how many modules one extra crossing tensor
