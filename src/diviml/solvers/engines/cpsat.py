@@ -50,7 +50,8 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
                work_limit: float | None = None, progress=None, hint: tuple[dict, dict] | None = None,
                on_incumbent=None, floor: float = 0.0, cuts: Sequence[Cut] = ()) -> Outcome:
     """CP-SAT on a job graph; ``upper`` (a known makespan) fixes the time scale; ``hint``: a first schedule
-    (device and start per job, e.g. HEFT's from :func:`.search.heft_hint`, respecting ``symmetry``).
+    (device and start per job: the best baseline's or HEFT's, :func:`..search.start_hint`, respecting
+    ``symmetry``).
 
     ``cutoff``: only schedules whose makespan is at most the cutoff count; "infeasible" then proves that
     none exists (times round down, so no schedule meeting the cutoff in real units is cut off).
