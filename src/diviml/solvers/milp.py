@@ -5,8 +5,8 @@ Over a job graph (see :mod:`.jobs`): binaries ``x[j,d]`` (job j on device d), st
 x[v,b] - 1)`` for every device pair a != b; disjunctive order binaries only for job pairs the DAG leaves
 unordered and that share a device, with big-M = the best heuristic makespan (tight); memory; co-location;
 symmetry breaking for identical devices; makespan ``C >= e[j]`` for sinks and ``C <= UB``. Warm-started
-from the best baseline's schedule (HEFT's where that is not one part per task). Start times from the engine are not trusted: the plan is re-timed by the simulator from the
-assignment and the order of the starts.
+from the best baseline's schedule (HEFT's where that is not one part per task). Start times from the engine
+are not trusted: the plan is re-timed by the simulator from the assignment and the order of the starts.
 """
 
 from __future__ import annotations

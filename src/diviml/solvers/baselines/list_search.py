@@ -43,14 +43,14 @@ STEPS_PER_SECOND = 1e6
 
 
 class _Timing:
-    """The list scheduling of one job graph over arrays: task i's duration on device k, the transfer of its
-    output from device a to b, its producers; devices and tasks by index, a device a task may not use at infinite time (thousands of schedules a second on a
-    graph of 1,000 tasks, where :meth:`JobGraph.retime` takes milliseconds each)."""
+    """The list scheduling of one job graph over arrays: task i's duration on device k (infinite where it may not
+    run there), the transfer of its output from device a to b, its producers; devices and tasks by index
+    (thousands of schedules a second on a graph of 1,000 tasks, where :meth:`JobGraph.retime` takes
+    milliseconds each)."""
 
     def __init__(self, jobs: JobGraph, steps: float):
         problem = jobs.problem
         self.budget = steps  # tasks to time at most
-        self.jobs = jobs
         self.steps = 0  # tasks timed so far: the search's work, the same on any machine for the same moves
         self.devices = [d.name for d in problem.platform.devices]
         self.keys = list(jobs.jobs)
@@ -117,25 +117,33 @@ class _Timing:
 
 
 class _Placement:
-    """Devices per task with their memory kept: moves of whole units (a task, or a co-location group)."""
+    """Devices per task with their memory kept: moves of whole units (a task, or a co-location group) to
+    devices that may run them and have the memory."""
 
     def __init__(self, problem: Problem, timing: _Timing, device: list[int]):
-        graph = problem.graph
         keys = timing.keys
-        self.device = device
-        self.memory = [graph.by_id[t].memory_bytes for t, _ in keys]
+        self.timing = timing
+        self.memory = [problem.graph.by_id[t].memory_bytes for t, _ in keys]
         self.capacity = [d.memory_bytes for d in problem.platform.devices]
-        self.used = [0.0] * len(self.capacity)
-        for i, k in enumerate(device):
-            self.used[k] += self.memory[i]
         index = {t: i for i, (t, _) in enumerate(keys)}
         self.unit = [[i] for i in range(len(keys))]
         for members in problem.colocation_groups.values():
             unit = [index[m] for m in members]
             for i in unit:
                 self.unit[i] = unit
+        self.reset(device)
 
-    def fits(self, tasks: list[int], k: int) -> bool:
+    def reset(self, device: list[int]) -> None:
+        """Start again from ``device`` (a copy is kept)."""
+        self.device = list(device)
+        self.used = [0.0] * len(self.capacity)
+        for i, k in enumerate(self.device):
+            self.used[k] += self.memory[i]
+
+    def can_take(self, tasks: list[int], k: int) -> bool:
+        """Whether device k may run every one of ``tasks`` and has the memory for those not on it yet."""
+        if any(math.isinf(self.timing.duration[i][k]) for i in tasks):
+            return False
         need = sum(self.memory[i] for i in tasks if self.device[i] != k)
         return need <= 0 or self.used[k] + need <= self.capacity[k]
 
@@ -189,12 +197,12 @@ def _search(problem: Problem, timing: _Timing, device: list[int], order: list[in
     A kicked placement is timed first in the best plan's order (a topological order whatever the devices),
     then in the order of its own start times (:meth:`_Timing.order_of` is topological only for starts
     timed on the devices it is given)."""
-    places = _Placement(problem, timing, list(device))
+    places = _Placement(problem, timing, device)
     value, start, held_by = timing.run(order, places.device)
     value, order, start, held_by, moves = _descend(timing, places, order, value, start, held_by, watch, rng)
     best, best_order, stalled = (value, list(places.device), start, moves), order, 0
     while not _spent(timing, watch) and stalled < STALL_ROUNDS:
-        places = _Placement(problem, timing, list(best[1]))
+        places.reset(best[1])
         _kick(timing, places, rng)
         start = timing.run(best_order, places.device)[1]
         order = timing.order_of(start, places.device)
@@ -237,7 +245,7 @@ def _better_move(timing: _Timing, places: _Placement, i: int, order: list[int], 
         for k in range(len(timing.devices)):
             if _spent(timing, watch):
                 return None
-            if k == here or any(math.isinf(timing.duration[j][k]) for j in tasks) or not places.fits(tasks, k):
+            if k == here or not places.can_take(tasks, k):
                 continue
             before = places.move(tasks, k)
             found = timing.run(order, places.device)
@@ -257,7 +265,7 @@ def _kick(timing: _Timing, places: _Placement, rng: random.Random) -> None:
         i = rng.randrange(len(timing.keys))
         k = rng.choice(timing.allowed[i])
         tasks = places.grown([i] + [j for j in timing.preds[i] + timing.succs[i] if rng.random() < NEIGHBOUR_KICK])
-        if not any(math.isinf(timing.duration[j][k]) for j in tasks) and places.fits(tasks, k):
+        if places.can_take(tasks, k):
             places.move(tasks, k)
 
 
