@@ -111,3 +111,17 @@ def test_cp_sat_is_given_its_time_less_what_loading_a_large_model_runs_over():
     assert seconds_for(large, 10.0) == pytest.approx(9.7)  # 3 us a variable kept back
     assert seconds_for(small, 0.1) == pytest.approx(0.1, abs=1e-5)  # a module solve keeps its whole slice
     assert seconds_for(large, 0.1) == 0.01  # never nothing
+
+
+def test_a_job_that_may_run_on_two_devices_does_not_make_a_feasible_model_infeasible():
+    """Found by fuzzing (exact refused an 11-task problem that heft, milp and split placed): with each job's
+    optional intervals sharing one start and one end, CP-SAT (9.10-9.15) proved this feasible model
+    infeasible. Two CPU-only jobs feed c, c feeds d; c and d run faster on the GPU. In ticks of 1: the
+    CPU jobs end by 48, c on the GPU by 56, d by 62, within the horizon of 100 (upper / resolution)."""
+    link = diviml.Link(1.0, 7.0)  # every transfer takes 7
+    tasks = [diviml.Task("a", {"cpu": 23.0}), diviml.Task("b", {"cpu": 25.0}),
+             diviml.Task("c", {"cpu": 50.0, "gpu": 8.0}), diviml.Task("d", {"cpu": 55.0, "gpu": 6.0})]
+    platform = diviml.Platform((diviml.Device("cpu", "cpu", is_host=True), diviml.Device("gpu", "gpu", link=link)))
+    problem = Problem(diviml.TaskGraph.create(tasks, [("a", "c"), ("b", "c"), ("c", "d")]), platform)
+    out = solve_jobs(JobGraph.whole(problem), upper=100.0, resolution=100, time_limit=10, workers=1)
+    assert out.status == "optimal" and out.objective == pytest.approx(62.0 + 7.0)

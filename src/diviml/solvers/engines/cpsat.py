@@ -115,8 +115,9 @@ class _Vars:
 
 
 def _variables(m: cp_model.CpModel, jobs: JobGraph, ticks, horizon: int) -> _Vars:
-    """A job's start and end, one optional interval per allowed device sharing them, exactly one device, no
-    overlap on a device, and no start before a job's release on the device chosen."""
+    """A job's start and end, one optional fixed-size interval per allowed device at its start (the end follows
+    the device chosen), exactly one device, no overlap on a device, and no start before a job's release on the
+    device chosen."""
     start, end, x = {}, {}, {}
     duration = {(j, d): ticks(jobs.duration(j, d)) for j in jobs.jobs for d in jobs.devices(j)}
     per_device: dict[str, list] = {d.name: [] for d in jobs.problem.platform.devices}
@@ -126,8 +127,12 @@ def _variables(m: cp_model.CpModel, jobs: JobGraph, ticks, horizon: int) -> _Var
         end[j] = m.new_int_var(0, horizon, f"end[{name}]")
         for d in jobs.devices(j):
             lit = x[j, d] = m.new_bool_var(f"x[{name},{d}]")
-            per_device[d].append(m.new_optional_interval_var(start[j], duration[j, d], end[j], lit,
-                                                             f"on[{name},{d}]"))
+            # a fixed-size interval per device and the end tied to it under the device's literal: optional
+            # intervals of different sizes sharing one end variable let CP-SAT 9.10-9.15 prove a feasible model
+            # infeasible (tests/solvers/test_cpsat.py has the four-job case fuzzing found)
+            per_device[d].append(m.new_optional_fixed_size_interval_var(start[j], duration[j, d], lit,
+                                                                        f"on[{name},{d}]"))
+            m.add(end[j] == start[j] + duration[j, d]).only_enforce_if(lit)
             if jobs.released(j, d) > 0:
                 m.add(start[j] >= ticks(jobs.released(j, d))).only_enforce_if(lit)
         m.add_exactly_one(x[j, d] for d in jobs.devices(j))
