@@ -65,14 +65,15 @@ def random_graph(rng: random.Random, n: int, types: list[str], batch: int) -> Ta
     return TaskGraph.create(tasks, [(f"t{a}", f"t{b}") for a, b in sorted(edges)], name="random")
 
 
-def random_problem(seed: int, kind: str) -> Problem:
+def random_problem(seed: int, kind: str, tasks: tuple[int, int] = (3, 9), batches: tuple[int, int] = (2, 4)) -> Problem:
     """The first problem of ``kind`` drawn from ``seed`` on that the model accepts (some need more memory than
-    all devices hold, or put a co-location group where no device fits it)."""
+    all devices hold, or put a co-location group where no device fits it), of ``tasks`` tasks and (batch) a
+    batch in ``batches`` (ranges, both ends included)."""
     rng = random.Random(seed)
     while True:
         platform = random_platform(rng)
-        batch = rng.randint(2, 4) if kind == "batch" else 1
-        graph = random_graph(rng, rng.randint(3, 9), sorted({d.type for d in platform.devices}), batch)
+        batch = rng.randint(*batches) if kind == "batch" else 1
+        graph = random_graph(rng, rng.randint(*tasks), sorted({d.type for d in platform.devices}), batch)
         objective = Objective(kind.removesuffix("-contiguous"), batch if kind == "batch" else None,
                               contiguous=kind.endswith("-contiguous"), max_calls=rng.randint(1, 3))
         try:
@@ -121,3 +122,15 @@ def test_greedy_is_never_worse_than_the_best_single_device(seed, kind):
     except InfeasibleError:
         return
     assert diviml.solve(problem, "greedy", time_limit=LIMIT_S).objective <= single.objective * (1 + TOLERANCE)
+
+
+# found by fuzzing at 10-40 tasks and batches of 2-8: memory too tight for HEFT, best device and data
+# parallelism, and HiGHS found no schedule in 2 s, so milp refused problems that exact and split placed
+@pytest.mark.parametrize("seed, kind", [(3014, "batch"), (3023, "batch"), (4010, "batch"), (4020, "batch"),
+                                        (3016, "latency")])
+def test_an_exact_solver_places_what_memory_leaves_heft_no_room_for(seed, kind):
+    problem = random_problem(seed, kind, tasks=(10, 40), batches=(2, 8))
+    with pytest.raises(InfeasibleError):
+        diviml.solve(problem, "heft", time_limit=LIMIT_S)
+    for name in ("milp", "exact"):
+        assert diviml.validate(diviml.solve(problem, name, time_limit=LIMIT_S, seed=1), problem).ok, name
