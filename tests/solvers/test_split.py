@@ -290,9 +290,9 @@ def test_where_heft_cannot_fit_memory_the_bounds_placements_can():
     assert any("priced segments" in n for n in plan.notes)
 
 
-def test_where_neither_the_join_nor_a_baseline_fits_memory_the_whole_graph_is_solved_not_called_infeasible():
+def test_where_the_join_fits_no_plan_in_memory_the_whole_graph_is_solved_not_called_infeasible():
     # 50 small tasks beside a side branch: one segment of 51 tasks, more than the memory segments bound
-    # prices, so no baseline but HEFT, which fails
+    # prices, so of the baselines only CP-SAT's first schedule fits (93), far from the optimum
     plan = _split_where_heft_fails(_small_then_big(50, side_branch=True))
     assert any("whole-graph CP-SAT plan" in n for n in plan.notes)
     assert 82.5 - 1e-6 <= plan.objective <= 90  # the optimum: 20 small tasks on a, 20 on b, 10 on the CPU

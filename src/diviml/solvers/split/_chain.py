@@ -133,9 +133,9 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     finally:
         pool.close()
         background.close()
-    if walks.best is None and watch.left > 0.1 and label == NAME:
+    if "join_makespan" not in walks.stats and watch.left > 0.1 and label == NAME:  # the join fitted nothing
         whole = _whole_graph(problem, watch, seed, workers)
-        if whole is not None:
+        if whole is not None and (walks.best is None or whole.objective < walks.best.objective):
             return whole
     if walks.best is None:
         raise InfeasibleError(f"{label} found no plan within the memory limits and no baseline fits: raise the "
@@ -187,15 +187,16 @@ def _keep(walks: _Walks, plan: Plan, res: JoinResult, sizes: tuple[int, ...]) ->
 
 
 def _whole_graph(problem: Problem, watch: Stopwatch, seed: int, workers: int) -> Plan | None:
-    """The whole-graph CP-SAT plan where neither the join nor a baseline fitted the memory: the modules' memory
-    budgets are a heuristic cut of the devices' memory, and the whole model may still fit."""
+    """The whole-graph CP-SAT plan where the join fitted no plan in the memory: the modules' memory budgets are a
+    heuristic cut of the devices' memory, and the whole model may still fit (exact starts from the best
+    baseline, which where memory is that tight may be a first schedule far from the optimum)."""
     from .. import exact
     try:
         whole = exact.solve(problem, time_limit=watch.left, seed=seed, workers=workers, decompose=False)
     except InfeasibleError:
         return None
     return replace(whole, notes=whole.notes + (
-        f"{NAME}: neither the join nor a baseline fitted the memory; this is the whole-graph CP-SAT plan",))
+        f"{NAME}: the join fitted no plan in the memory; this is the whole-graph CP-SAT plan",))
 
 
 def _finish(problem: Problem, chain: Chain, walks: _Walks, splits: int, reused: int, bounds: bool,
