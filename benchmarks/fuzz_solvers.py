@@ -6,7 +6,8 @@ For each problem, every registered solver that takes its objective runs with the
 a plan the validator rejects, a solver past 1.5 x its limit + 1 s, a crash (an exception that is not diviml's
 own), a bound above a valid plan, a plan called optimal that another beats, or an exact solver calling
 infeasible what another placed. Prints each finding as it comes, then a table of counts, written to
-benchmarks/results/fuzz_solvers.md (fuzz_solvers_training.md with --training). This is how the defects in the CHANGELOG's "found by fuzzing" were found.
+benchmarks/results/fuzz_solvers.md (fuzz_solvers_training.md with --training). This is how the defects in the
+CHANGELOG's "found by fuzzing" were found.
 
     python benchmarks/fuzz_solvers.py --seeds 1000:1040 --tasks 10:40         # the 0.2.0 campaign's sizes
     python benchmarks/fuzz_solvers.py --seeds 7000:7025 --tasks 4:15 --training

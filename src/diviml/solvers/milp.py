@@ -134,13 +134,14 @@ class _Formulation:
         device's memory (coefficients in bytes beside times of 10^3 are what led Gurobi to a wrong optimum of
         the pipeline IP)."""
         for dev, capacity, tasks in self.jobs.memory_limits():
+            share = 1.0 / capacity if capacity > 0 else 1.0  # per byte
             terms = []
             for task, nbytes in tasks:
                 z = self.m.binary()
                 for l in range(len(self.jobs.sizes)):
                     self.m.row([(z, 1.0), (self.x[(task, l), dev], -1.0)], 0.0)
-                terms.append((z, nbytes / capacity if capacity > 0 else nbytes))
-            self.m.row(terms, upper=1.0 if capacity > 0 else capacity)
+                terms.append((z, nbytes * share))
+            self.m.row(terms, upper=capacity * share)
 
     def colocation(self) -> None:
         for a, b, devices in self.jobs.colocated():
