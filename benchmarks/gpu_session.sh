@@ -1,9 +1,10 @@
 #!/bin/bash
 # The runtime's checks on a lent GPU machine (the workplace's device tool), as one prepared script: host <-> GPU
-# copies, plans over the CPU and the GPU run beside their predictions (batch 1, and a batch of 8), and the CUDA
+# copies, plans over the CPU and the GPU run beside their predictions (batch 1, and a batch of 8; graphs, plans
+# and run reports kept in $OUT/keep.tar.gz), what two workers of one process cost each other, and the CUDA
 # tests. Run from the repository root there, with the wheels diviml needs and the machine lacks in .whl/ (see
 # the tool's README); each stage stops at its own time limit, so the stages before it keep their results:
-#     LATENCY_S=200 BATCH_S=170 TESTS_S=120 bash benchmarks/gpu_session.sh latency batch tests   # under $OUT
+#     LATENCY_S=200 BATCH_S=170 TESTS_S=120 bash benchmarks/gpu_session.sh contention latency batch tests
 set -u
 OUT=${OUT:-/tmp/diviml-gpu}
 mkdir -p "$OUT"
@@ -20,12 +21,14 @@ python3 benchmarks/runtime_fidelity.py --cuda-link --platform-out $platform --ou
 cp $platform "$OUT/"
 run_table() {  # objective, seconds, models, output name
     timeout "$2" python3 benchmarks/runtime_fidelity.py --platforms $platform --objective "$1" --batch 8 \
-        --models $3 --time-limit 5 --min-time 1 --repeats 10 --machine "$MACHINE" --out "$OUT/$4.md" \
-        2> "$OUT/$4.log"
+        --models $3 --time-limit 5 --min-time 0.5 --repeats 10 --machine "$MACHINE" --out "$OUT/$4.md" \
+        --keep /tmp/keep 2> "$OUT/$4.log"
     tail -3 "$OUT/$4.log"; tail -n +5 "$OUT/$4.md"
+    tar czf "$OUT/keep.tar.gz" -C /tmp keep
 }
 for stage in "$@"; do
   case $stage in
+    contention) timeout 90 python3 benchmarks/runtime_contention.py --out "$OUT/runtime_contention_h100.md" ;;
     latency) run_table latency "${LATENCY_S:-360}" "${LATENCY_MODELS:-resnet50 googlenet inception_v3 gpt2-small randwire-ws-s0}" runtime_fidelity_h100 ;;
     batch) run_table batch "${BATCH_S:-300}" "${BATCH_MODELS:-resnet50 googlenet inception_v3}" runtime_fidelity_h100_batch ;;
     tests)

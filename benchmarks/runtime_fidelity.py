@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -41,11 +42,14 @@ MODELS = ["googlenet", "inception_v3", "randwire-ws-s0", "resnet50", "gpt2-small
 PLATFORMS = [("cpu-workers-2", 1), ("cpu-ranks-2", 2)]
 
 
-def diviml(*args) -> dict:
+def diviml(*args, keep: Path | None = None) -> dict:
+    """The command's --json answer (also written to ``keep``, where given)."""
     r = subprocess.run([sys.executable, "-m", "diviml", *map(str, args), "--json", "--quiet"], capture_output=True,
                        text=True, timeout=3600)
     if r.returncode != 0:
         raise RuntimeError(f"diviml {' '.join(map(str, args))}: {r.stderr.strip()}")
+    if keep is not None:
+        keep.write_text(r.stdout)
     return json.loads(r.stdout)
 
 
@@ -67,7 +71,7 @@ class Case:
 
 def row(model: str, case: Case, work: Path, repeats: int, min_time: float) -> dict:
     from diviml.platform import Platform
-    tag = f"{model}-{abs(hash(case))}"
+    tag = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{model}-{case.label}").strip("-")
     g = work / f"{tag}.json"
     on_gpu = not all(d.is_host for d in Platform.load(case.platform).devices)
     batches = ",".join(str(b) for b in (1, 2, 4, 8, 16, 32) if b <= case.batch) if case.objective == "batch" else "1"
@@ -81,16 +85,16 @@ def row(model: str, case: Case, work: Path, repeats: int, min_time: float) -> di
     for name, graph, solver in (("single", g, "best-device"), ("split", g, "split")):
         plans[name] = work / f"{tag}-{name}.json"
         diviml("schedule", graph, "--platform", case.platform, "--solver", solver, "--out", plans[name], *solve)
-    single = diviml("run", model, plans["single"], "--graph", g, *run_args)
+    single = diviml("run", model, plans["single"], "--graph", g, *run_args, keep=work / f"{tag}-single-run.json")
     calibrated = work / f"{tag}-calibrated.json"
     measured_platform = work / f"{tag}-calibrated.yaml"
     before = diviml("run", model, plans["split"], "--graph", g, "--calibrate-out", calibrated,
-                    "--calibrate-platform-out", measured_platform, *run_args)
+                    "--calibrate-platform-out", measured_platform, *run_args, keep=work / f"{tag}-split-run.json")
     plans["after"] = work / f"{tag}-after.json"
     diviml("schedule", calibrated, "--platform", measured_platform, "--solver", "split", "--out", plans["after"],
            *solve)
     run_args[1] = measured_platform
-    after = diviml("run", model, plans["after"], "--graph", calibrated, *run_args)
+    after = diviml("run", model, plans["after"], "--graph", calibrated, *run_args, keep=work / f"{tag}-after-run.json")
     out.update(single_device=sorted({a["device"] for a in json.loads(plans["single"].read_text())["assignments"]}),
                max_error=max(before["max_abs_error"], after["max_abs_error"]))
     out.update(predicted=before["predicted_s"], measured=before["measured_s"], ratio=before["ratio"],
@@ -287,6 +291,7 @@ def main() -> None:
     parser.add_argument("--platform-out", type=Path, help="--cuda-link: write cpu-h100 with the measured link here")
     parser.add_argument("--overhead", action="store_true", help="measure the runtime's cost per piece instead")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--keep", type=Path, help="keep the graphs, plans and run reports (--json) in this folder")
     args = parser.parse_args()
     command = "python " + " ".join([sys.argv[0], *sys.argv[1:]])
     if args.link:
@@ -305,13 +310,15 @@ def main() -> None:
         target = args.out or OUT
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as d:
+            work = args.keep or Path(d)
+            work.mkdir(parents=True, exist_ok=True)
             for model in args.models:
                 for platform in args.platforms:
                     case = Case(platform, nprocs.get(platform, 1), args.objective,
                                 args.batch if args.objective == "batch" else 1, args.time_limit)
                     t0 = time.perf_counter()
                     try:
-                        rows.append(row(model, case, Path(d), args.repeats, args.min_time))
+                        rows.append(row(model, case, work, args.repeats, args.min_time))
                     except (RuntimeError, subprocess.TimeoutExpired) as exc:
                         rows.append({"model": model, "platform": case.label, "error": str(exc)})
                         print(f"{model} on {case.label} failed: {exc}", file=sys.stderr)

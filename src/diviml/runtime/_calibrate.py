@@ -6,7 +6,11 @@ Two things are read off a run's per-piece timeline (every timed run, medians):
   on its device and its start when it did not wait for another device (argument lookup, bookkeeping). Each
   task's time on its device's type (and that type's batch-table row) is multiplied by its piece's cost /
   predicted duration: the pieces' sums then equal what was measured, and the split of a piece's time among its
-  tasks keeps the profile's proportions (:func:`calibrated_graph`);
+  tasks keeps the profile's proportions (:func:`calibrated_graph`). Where the piece's process also drove
+  other devices of the plan, only a factor below 1 is taken: workers of one process share its interpreter and
+  cores, and a piece slowed beside them measured running side by side, which a plan keeping the tasks on one
+  device would not pay (on a lent H100 every piece of googlenet's CPU + GPU plan ran 3-4x its profile, and
+  the H100 alone then ran at its profile's time). That slowdown is left to the hand-offs' latency below;
 - a *hand-off*: where a piece read values from another device, the time from when it could have started
   (its device free, those values made) to its start: the event's wake-up, the copy or the torch.distributed
   receive; and where the piece before it sent values to another device, the time between the two (the send).
@@ -192,9 +196,11 @@ def _latency_scale(fitted, platform: Platform, plan, problem, measured: float, m
 
 
 def calibrated_graph(report, plan, problem) -> TaskGraph:
-    """``problem``'s graph with each task's time scaled by its piece's measured cost / predicted duration."""
+    """``problem``'s graph with each task's time scaled by its piece's measured cost / predicted duration; on
+    a device whose process drove other devices of the plan too, by at most 1 (see the module's docstring)."""
     factor: dict[str, float] = {}  # task -> measured / predicted of its piece
     pieces = {(p.device, p.index): p for p in report.piece_reports}
+    beside = side_by_side(report.devices)
     order = plan.device_order or {}
     for device, tasks in order.items():
         runs = sorted((p for (d, _), p in pieces.items() if d == device), key=lambda p: p.index)
@@ -203,8 +209,9 @@ def calibrated_graph(report, plan, problem) -> TaskGraph:
             if not p.predicted_s or p.predicted_s <= 0 or p.first_task not in position:
                 continue
             first = position[p.first_task]
+            k = (p.measured_s + p.lead_s) / p.predicted_s
             for t, _ in tasks[first:first + p.tasks]:
-                factor[t] = (p.measured_s + p.lead_s) / p.predicted_s
+                factor[t] = min(k, 1.0) if device in beside else k
     data = problem.graph.to_dict()
     placement = plan.placement
     for task in data["tasks"]:
@@ -219,3 +226,10 @@ def calibrated_graph(report, plan, problem) -> TaskGraph:
             task["time_by_batch"][dtype] = {b: v * k for b, v in row.items()}
     data["name"] = f"{problem.graph.name} (calibrated by a run)"
     return TaskGraph.from_dict(data)
+
+
+def side_by_side(devices: dict[str, str]) -> set[str]:
+    """The plan devices run by a process that runs another plan device too, from a report's ``devices``
+    (plan device -> "rank R: torch device")."""
+    rank = {d: where.split(":", 1)[0] for d, where in devices.items()}
+    return {d for d, r in rank.items() if sum(other == r for other in rank.values()) > 1}
