@@ -263,3 +263,16 @@ def test_where_a_greedy_baseline_fills_memory_into_a_corner_it_says_so_and_exact
         diviml.solve(problem, solver, time_limit=5)
     plan = diviml.solve(problem, "exact", time_limit=5)
     assert diviml.validate(plan, problem).ok and plan.placement == {"t0": "S", "t1": "S", "t2": "F"}
+
+
+@pytest.mark.parametrize("seed,kind", [(10, "pipeline"), (30, "latency")])
+def test_the_partitioner_prints_nothing_where_metis_cuts_an_empty_part(seed, kind, capfd):
+    """On these generated problems METIS's recursive bisection comes to a weighted part with no vertices and
+    prints "Cannot bisect a graph with 0 vertices" (found by fuzzing); its partition is repaired and placed,
+    and the user sees no such line."""
+    from test_cross_check import random_problem
+    problem = random_problem(seed, kind, tasks=(3, 30))
+    plan = diviml.solve(problem, "partitioner", time_limit=5)
+    assert validate(plan, problem).ok
+    out = capfd.readouterr()
+    assert out.out == "" and "bisect" not in out.err and "METIS" not in out.err

@@ -20,7 +20,7 @@ import numpy as np
 import pymetis
 
 from ...errors import InfeasibleError
-from ...native import native_stdout_to_stderr
+from ...native import native_output_discarded
 from ...problem import Problem
 from ...validate import contiguity_violations
 from ..auto import PIPELINE
@@ -60,7 +60,7 @@ def _metis_parts(ev: ClassEvaluator, seed: int, ufactor: int) -> np.ndarray:
         return np.full(n, active[0], dtype=np.int64)
     weights = [share[j] for j in active]
     opts = pymetis.Options(seed=seed, ufactor=ufactor)
-    with native_stdout_to_stderr():
+    with native_output_discarded():
         _, parts = pymetis.part_graph(len(active), adjacency=pymetis.CSRAdjacency(xadj, adjncy), vweights=vweights,
                                       eweights=eweights, tpwgts=[w / sum(weights) for w in weights], options=opts)
     return np.array(active, dtype=np.int64)[np.array(parts, dtype=np.int64)]
