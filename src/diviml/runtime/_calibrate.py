@@ -9,7 +9,7 @@ Two things are read off a run's per-piece timeline (every timed run, medians):
   tasks keeps the profile's proportions (:func:`calibrated_graph`). Where the piece's process also drove
   other devices of the plan, only a factor below 1 is taken: workers of one process share its interpreter and
   cores, and a piece slowed beside them measured running side by side, which a plan keeping the tasks on one
-  device would not pay (on a lent H100 every piece of googlenet's CPU + GPU plan ran 3-4x its profile, and
+  device would not pay (on a lent H100 every piece of googlenet's CPU + GPU plan ran 2-4x its profile, and
   the H100 alone then ran at its profile's time). That slowdown is left to the hand-offs' latency below;
 - a *hand-off*: where a piece read values from another device, the time from when it could have started
   (its device free, those values made) to its start: the event's wake-up, the copy or the torch.distributed
