@@ -372,3 +372,20 @@ def test_a_rank_that_dies_ends_the_run_promptly_naming_it(gpt_files, tmp_path):
     r = cli("run", f"{tmp_path / 'dies.py'}:make", plan, "--platform", "cpu-workers-2", "--nproc", "2", "--quiet")
     assert r.returncode == 2 and "rank 1 of 2 failed (exit status 3)" in r.stderr, r.stderr
     assert time.perf_counter() - started < 60
+
+
+def test_run_compares_the_plan_with_the_best_single_devices_plan_when_asked(gpt_files):
+    d = gpt_files
+    r = cli("run", "gpt-tiny", d / "plan.json", "--platform", "cpu-workers-2", "--graph", d / "g.json", "--json",
+            "--repeats", "2", "--compare", "--quiet")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["single_device"] in ("worker0", "worker1") and out["single_outputs_match"] is True
+    assert out["single_measured_s"] > 0 and out["single_predicted_s"] > 0
+    assert out["speedup"] == pytest.approx(out["single_measured_s"] / out["measured_s"])
+    text = cli("run", "gpt-tiny", d / "plan.json", "--platform", "cpu-workers-2", "--graph", d / "g.json",
+               "--repeats", "2", "--compare", "--quiet")
+    assert text.returncode == 0 and f"best single device {out['single_device']}: measured" in text.stdout
+    # best-device plans on the profiled graph: without it there is nothing to compare with
+    bad = cli("run", "gpt-tiny", d / "plan.json", "--platform", "cpu-workers-2", "--compare")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--compare needs --graph" in bad.stderr

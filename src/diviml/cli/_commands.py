@@ -275,11 +275,15 @@ def cmd_run(args) -> dict:
         return {"_text": text}
     if args.calibrate_out and not args.graph:
         raise InputError("--calibrate-out needs --graph (the profiled graph the plan was made from)")
+    if args.compare and not args.graph:
+        raise InputError("--compare needs --graph (the profiled graph the plan was made from): best-device plans on it")
     if args.model_option is not None:  # 'run --model M PLAN': the one positional is the plan
         args.model, args.plan = args.model_option, args.plan or args.model
     if args.model is None or args.plan is None:
         raise InputError("give the model and the plan: diviml run MODEL PLAN (or --model MODEL PLAN)")
     rank, world = env_world()
+    if args.compare and world > 1:
+        raise InputError("--compare runs in one process: give it without --nproc or torchrun")
     platform = Platform.load(args.platform or DEFAULT_PLATFORM)
     plan = Plan.load(args.plan)
     source = model_source(args.model)
@@ -310,10 +314,25 @@ def cmd_run(args) -> dict:
             text = (yaml.safe_dump(data, sort_keys=False) if Path(args.calibrate_platform_out).suffix in (".yaml", ".yml")
                     else json.dumps(data, indent=1))
             outputs.append((args.calibrate_platform_out, text))
+    compared = _single_device_run(source, platform, problem, args) if args.compare and problem is not None else {}
     write_files_atomic(outputs)
     if rank != 0:  # rank 0 speaks for the run
         return {"_text": ""}
-    return {**report.to_dict(), "written": [p for p, _ in outputs]}
+    if compared:
+        compared["speedup"] = compared["single_measured_s"] / report.measured_s
+    return {**report.to_dict(), **compared, "written": [p for p, _ in outputs]}
+
+
+def _single_device_run(source, platform, problem, args) -> dict:
+    """The best single device's plan for ``problem`` (best-device), run as ``args`` ran the plan: what a user
+    compares a split plan with."""
+    from ..runtime import run
+    single = solvers.solve(problem, "best-device", time_limit=60)
+    device = single.assignments[0].device
+    report = run(source, single, platform, problem=problem, batch=args.batch, repeats=args.repeats,
+                 warmup=args.warmup, progress=None if args.quiet else _progress)
+    return {"single_device": device, "single_predicted_s": report.predicted_s, "single_measured_s": report.measured_s,
+            "single_outputs_match": report.outputs_match}
 
 
 def _without_option(argv: list[str], option: str) -> list[str]:

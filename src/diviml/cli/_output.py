@@ -59,6 +59,10 @@ def _print_run(out: dict) -> None:
           f"{out['repeats']}, {out['measured_min_s'] * 1e3:.4g}-{out['measured_max_s'] * 1e3:.4g}), predicted "
           f"{out['predicted_s'] * 1e3:.4g} ms, ratio {out['ratio']:.3f}; outputs match the unsplit module "
           f"(largest difference {out['max_abs_error']:.3g}); unsplit module here {out['eager_s'] * 1e3:.4g} ms")
+    if "single_device" in out:
+        print(f"best single device {out['single_device']}: measured {out['single_measured_s'] * 1e3:.4g} ms "
+              f"(predicted {out['single_predicted_s'] * 1e3:.4g} ms); this plan runs at {out['speedup']:.3f}x its "
+              "speed")
     for n in out["notes"]:
         print(f"  note: {n}")
     for p in out["written"]:
