@@ -2,10 +2,11 @@
 over many more seeds and larger graphs, and training pipelines (a random forward graph mirrored into a backward
 one, each backward task co-located with its forward twin; PipeDream and GPipe, contiguous or not).
 
-For each problem, every registered solver that takes its objective runs with the same short limit; a finding is
-a plan the validator rejects, a solver past 1.5 x its limit + 1 s, a crash (an exception that is not diviml's
-own), a bound above a valid plan, a plan called optimal that another beats, or an exact solver calling
-infeasible what another placed. Prints each finding as it comes, then a table of counts, written to
+For each problem, every registered solver that takes its objective runs with the same short limit; a finding
+(tests/solvers/test_cross_check.cross_check, the check the seeded test runs) is a plan the validator rejects, a
+solver past 1.5 x its limit + 1 s, a crash (an exception that is not diviml's own), a bound above a valid plan,
+a plan called optimal that another beats, an exact solver calling infeasible what another placed, or no plan at
+all without an exact solver refusing. Prints each finding as it comes, then a table of counts, written to
 benchmarks/results/fuzz_solvers.md (fuzz_solvers_training.md with --training). This is how the defects in the
 CHANGELOG's "found by fuzzing" were found.
 
@@ -18,17 +19,13 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import time
-import traceback
 from collections import Counter
 from pathlib import Path
 
-import diviml
-from diviml import DivimlError, InfeasibleError, Objective, Problem, Task, TaskGraph
-from diviml.solvers import REGISTRY
+from diviml import DivimlError, Objective, Problem, Task, TaskGraph
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "solvers"))
-from test_cross_check import EXACT, KINDS, TOLERANCE, random_graph, random_platform, random_problem  # noqa: E402
+from test_cross_check import KINDS, cross_check, random_graph, random_platform, random_problem  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "fuzz_solvers.md"
 TRAINING = ("pipedream", "gpipe")
@@ -60,43 +57,6 @@ def training_problem(seed: int, training: str, contiguous: bool, tasks: tuple[in
             continue
 
 
-def findings(problem: Problem, limit: float) -> list[tuple[str, str]]:
-    """(kind of finding, what) for one problem, every solver that takes its objective run on it."""
-    plans, refused, out = {}, [], []
-    for name, info in REGISTRY.items():
-        if problem.objective.kind not in info.objectives:
-            continue
-        began = time.perf_counter()
-        try:
-            plan = diviml.solve(problem, name, time_limit=limit, seed=1)
-        except InfeasibleError:
-            refused.append(name)
-            continue
-        except DivimlError:  # a solver that does not take this platform or objective variant
-            continue
-        except Exception as exc:  # noqa: BLE001 - a crash is what this looks for
-            out.append(("crash", f"{name}: {exc!r} at {traceback.format_exc().splitlines()[-3].strip()}"))
-            continue
-        seconds = time.perf_counter() - began
-        if seconds > 1.5 * limit + 1.0:
-            out.append(("over its limit", f"{name}: {seconds:.1f} s"))
-        report = diviml.validate(plan, problem)
-        if not report.ok:
-            out.append(("invalid plan", f"{name}: {report}"))
-            continue
-        plans[name] = plan
-    if plans:
-        best = min(plan.objective for plan in plans.values())
-        for name, plan in plans.items():
-            if plan.bound > best * (1 + TOLERANCE):
-                out.append(("bound above a plan", f"{name} ({plan.bound_source}) {plan.bound:.6g} > {best:.6g}"))
-            if plan.status == "optimal" and plan.objective > best * (1 + TOLERANCE):
-                out.append(("optimal beaten", f"{name} {plan.objective:.6g} > {best:.6g}"))
-    if EXACT & set(refused) and plans:
-        out.append(("exact refused", f"{sorted(EXACT & set(refused))} refused what {sorted(plans)} placed"))
-    return out
-
-
 def problems(seeds: range, tasks: tuple[int, int], batches: tuple[int, int], training: bool):
     for seed in seeds:
         if training:
@@ -124,7 +84,7 @@ def main() -> None:
     solved = 0
     for seed, kind, problem in problems(range(first, last), tasks, batches, args.training):  # type: ignore[arg-type]
         solved += 1
-        for finding, what in findings(problem, args.limit):
+        for finding, what in cross_check(problem, args.limit):
             counts[finding] += 1
             print(f"seed {seed} {kind}: {finding}: {what}", flush=True)
     lines = ["# Fuzzing every solver against every other", "",

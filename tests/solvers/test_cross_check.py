@@ -11,6 +11,8 @@ This is how the fuzzing that found the partitioner's fused classes ran; the case
 
 import math
 import random
+import time
+import traceback
 
 import pytest
 
@@ -82,32 +84,55 @@ def random_problem(seed: int, kind: str, tasks: tuple[int, int] = (3, 9), batche
             continue
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("seed", range(6))
-def test_no_bound_exceeds_a_valid_plan_and_no_plan_beats_one_called_optimal(seed, kind):
-    problem = random_problem(seed, kind)
-    plans, infeasible = {}, []
+def cross_check(problem: Problem, limit: float) -> list[tuple[str, str]]:
+    """(kind, what) of every way the solvers that take ``problem``'s objective disagree, each given ``limit``
+    seconds: a crash (an exception not diviml's own), a run past 1.5 x the limit + 1 s, a plan the validator
+    rejects, a bound above a valid plan, a plan called optimal that another beats, an exact solver calling
+    infeasible what another placed, or no plan at all without an exact solver refusing. The test below asks
+    for none on seeded small problems; benchmarks/fuzz_solvers.py counts them over many larger ones."""
+    plans, refused, out = {}, [], []
     for name, info in REGISTRY.items():
         if problem.objective.kind not in info.objectives:
             continue
+        began = time.perf_counter()
         try:
-            plan = diviml.solve(problem, name, time_limit=LIMIT_S, seed=1)
+            plan = diviml.solve(problem, name, time_limit=limit, seed=1)
         except InfeasibleError:
-            infeasible.append(name)
+            refused.append(name)
             continue
         except DivimlError:  # a solver that does not take this platform (the DP: one server, no peer links)
             continue
-        assert diviml.validate(plan, problem).ok, name
+        except Exception as exc:  # noqa: BLE001 - a crash is a finding
+            out.append(("crash", f"{name}: {exc!r} at {traceback.format_exc().splitlines()[-3].strip()}"))
+            continue
+        seconds = time.perf_counter() - began
+        if seconds > 1.5 * limit + 1.0:
+            out.append(("over its limit", f"{name}: {seconds:.1f} s"))
+        report = diviml.validate(plan, problem)
+        if not report.ok:
+            out.append(("invalid plan", f"{name}: {report}"))
+            continue
         plans[name] = plan
-    if not plans:  # no plan at all (a contiguous split that memory rules out): the exact solvers agree
-        assert EXACT & set(infeasible)
-        return
+    if not plans:  # nothing placed (a contiguous split that memory rules out): the exact solvers must say so
+        if not EXACT & set(refused):
+            out.append(("no plan, no refusal", f"nothing placed, and no exact solver refused: {refused}"))
+        return out
     best = min(plan.objective for plan in plans.values())
     for name, plan in plans.items():
-        assert plan.bound <= best * (1 + TOLERANCE), f"{name}'s bound ({plan.bound_source}) exceeds a plan"
-        if plan.status == "optimal":
-            assert plan.objective <= best * (1 + TOLERANCE), f"{name} called a plan optimal that another beats"
-    assert not EXACT & set(infeasible), f"{sorted(EXACT & set(infeasible))} refused what {sorted(plans)} placed"
+        if plan.bound > best * (1 + TOLERANCE):
+            out.append(("bound above a plan", f"{name} ({plan.bound_source}) {plan.bound:.6g} > {best:.6g}"))
+        if plan.status == "optimal" and plan.objective > best * (1 + TOLERANCE):
+            out.append(("optimal beaten", f"{name} {plan.objective:.6g} > {best:.6g}"))
+    if EXACT & set(refused):
+        out.append(("exact refused", f"{sorted(EXACT & set(refused))} refused what {sorted(plans)} placed"))
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("seed", range(6))
+def test_no_bound_exceeds_a_valid_plan_and_no_plan_beats_one_called_optimal(seed, kind):
+    # time limits are the benchmark's to check (a loaded test machine runs late), not this test's
+    assert [f for f in cross_check(random_problem(seed, kind), LIMIT_S) if f[0] != "over its limit"] == []
 
 
 @pytest.mark.parametrize("kind", KINDS)
