@@ -255,35 +255,39 @@ def _phase_source(args, batches: list[int]):
     return ModelSource(spec.name, spec.build, spec.inputs)
 
 
-def cmd_run(args) -> dict:
-    from ..platform import Platform
-    from ..runtime import launch, model_source, run
-    from ..runtime._dist import env_world
+def _check_run_args(args) -> None:
+    """Refuse a run request that cannot be met before anything is captured or launched."""
     for path in [args.trace, args.calibrate_out, args.calibrate_platform_out, *(args.gantt or [])]:
         if path and not Path(path).resolve().parent.is_dir():
             raise InputError(f"cannot write {path}: its folder does not exist")
     for path in (args.gantt or []):
         gantt.check_format(path)
+    if args.nproc is not None and args.nproc < 1:
+        raise InputError(f"--nproc must be >= 1, got {args.nproc}")
+    if args.nproc is not None and "RANK" in os.environ:
+        raise InputError("--nproc starts the ranks itself: do not combine it with torchrun")
+    for option, given in (("--calibrate-out", args.calibrate_out), ("--compare", args.compare)):
+        if given and not args.graph:
+            raise InputError(f"{option} needs --graph (the profiled graph the plan was made from)")
+    if args.compare and (args.nproc is not None or "RANK" in os.environ):
+        raise InputError("--compare runs in one process: give it without --nproc or torchrun")
+
+
+def cmd_run(args) -> dict:
+    from ..platform import Platform
+    from ..runtime import launch, model_source, run
+    from ..runtime._dist import env_world
+    _check_run_args(args)
     if args.nproc is not None:
-        if args.nproc < 1:
-            raise InputError(f"--nproc must be >= 1, got {args.nproc}")
-        if "RANK" in os.environ:
-            raise InputError("--nproc starts the ranks itself: do not combine it with torchrun")
         from ..runtime import rank_of_devices
         rank_of_devices(Platform.load(args.platform or DEFAULT_PLATFORM), args.nproc)  # refuse a wrong size here
         text = launch(_without_option(args.argv, "--nproc"), args.nproc)
         return {"_text": text}
-    if args.calibrate_out and not args.graph:
-        raise InputError("--calibrate-out needs --graph (the profiled graph the plan was made from)")
-    if args.compare and not args.graph:
-        raise InputError("--compare needs --graph (the profiled graph the plan was made from): best-device plans on it")
     if args.model_option is not None:  # 'run --model M PLAN': the one positional is the plan
         args.model, args.plan = args.model_option, args.plan or args.model
     if args.model is None or args.plan is None:
         raise InputError("give the model and the plan: diviml run MODEL PLAN (or --model MODEL PLAN)")
     rank, world = env_world()
-    if args.compare and world > 1:
-        raise InputError("--compare runs in one process: give it without --nproc or torchrun")
     platform = Platform.load(args.platform or DEFAULT_PLATFORM)
     plan = Plan.load(args.plan)
     source = model_source(args.model)
