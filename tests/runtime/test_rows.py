@@ -86,3 +86,25 @@ def test_a_batch_plan_from_the_command_line_runs_with_unequal_shares(tmp_path):
     out = json.loads(cli("run", "resnet18", tmp_path / "plan.json", "--platform", "cpu-workers-2", "--graph",
                          tmp_path / "g.json", "--repeats", "1", "--warmup", "0", "--json"))
     assert out["outputs_match"] and out["batch_size"] == BATCH
+
+
+@pytest.fixture(scope="module")
+def transformer_batch():
+    """gpt-tiny at a batch of 4 on paper-server (a CPU and two GPU types), and its program captured at it."""
+    from diviml.frontends.pytorch import capture_at
+    from diviml.runtime import model_source
+    graph = profile_zoo("gpt-tiny", batches=(1, 2, 3, 4), repeats=1, min_time_s=0.0)
+    source = model_source("gpt-tiny")
+    return Problem(graph, preset("paper-server"), Objective("batch", BATCH)), capture_at(source.build(),
+                                                                                         source.inputs, BATCH)
+
+
+@pytest.mark.parametrize("solver", ["split", "exact", "milp", "data-parallel", "streamed"])
+def test_the_batch_solvers_plans_for_a_transformer_can_be_cut_into_sub_batches(solver, transformer_batch):
+    """The runtime refuses a plan that splits a task and its input differently where their batch is merged
+    with the sequence (above): the solvers' batch plans must not be such plans, or they could not be run."""
+    from diviml.runtime._rows import split_rows
+    problem, captured = transformer_batch
+    plan = diviml.solve(problem, solver, time_limit=5)
+    jobs = split_rows(captured, plan.parts, plan.device_order, BATCH)  # InputError where the runtime refuses
+    assert set(jobs.device_order) == {a.device for a in plan.assignments}

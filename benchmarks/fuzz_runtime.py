@@ -1,0 +1,110 @@
+"""Fuzzing the runtime: random plans for zoo models run over `cpu-workers-2`, their outputs checked.
+
+For each model and seed: a random latency plan (every task on a worker drawn at random) and a random batch
+plan for a batch of 4 (one split drawn for every task, a split drawn per task, or a few tasks split and the
+rest whole on a worker drawn at random), each timed by the simulator, validated and run once by the runtime.
+A plan must give the unsplit module's outputs or be refused in one clear line (`InputError`: a split that
+would cut a value whose batch is merged with another dimension); anything else (a mismatch, a crash, another
+error) is a finding. Prints each outcome, then a table of counts written to benchmarks/results/fuzz_runtime.md.
+
+    python benchmarks/fuzz_runtime.py                                  # every model below, 3 seeds
+    python benchmarks/fuzz_runtime.py --models gpt-tiny resnet18 --seeds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+import diviml
+from diviml import Assignment, InputError, Objective, Plan, Problem, preset
+from diviml.frontends.pytorch import profile_zoo
+from diviml.runtime import run
+from diviml.simulate import schedule
+
+OUT = Path(__file__).parent / "results" / "fuzz_runtime.md"
+MODELS = ["gpt-tiny", "bert-tiny", "llama-tiny", "randwire-er-s1", "randwire-ba-s2", "resnet18", "mobilenet_v3_large",
+          "efficientnet_b0", "swin_t", "vit_b_16", "convnext_tiny"]
+PLATFORM = preset("cpu-workers-2")
+WORKERS = ["worker0", "worker1"]
+BATCH = 4
+
+
+def plan_from_parts(problem: Problem, parts: dict) -> Plan:
+    """The plan the simulator times for these parts (each task's parts in sample order), validated."""
+    timed = schedule(problem, parts)
+    topo = {t: i for i, t in enumerate(problem.graph.topological_order)}
+    jobs = sorted(timed.jobs, key=lambda j: (topo[j.task], j.offset))
+    kind = problem.objective.kind
+    plan = Plan(kind, tuple(Assignment(j.task, j.device, j.start, j.batch if kind == "batch" else None) for j in jobs),
+                timed.makespan, 0.0, "feasible", "random", batch_size=problem.batch_size)
+    report = diviml.validate(plan, problem)
+    if not report.ok:
+        raise AssertionError(f"a random plan the validator refuses: {report}")
+    return plan
+
+
+def random_split(rng: random.Random, batch: int) -> list[tuple[str, int]]:
+    cuts = sorted(rng.sample(range(1, batch), rng.randint(0, batch - 1)))
+    return [(rng.choice(WORKERS), b - a) for a, b in zip([0] + cuts, cuts + [batch])]
+
+
+def random_parts(rng: random.Random, problem: Problem) -> tuple[str, dict]:
+    tasks = problem.graph.tasks
+    if problem.objective.kind == "latency":
+        return "latency", {t.id: [(rng.choice(WORKERS), 1)] for t in tasks}
+    style = rng.choice(["one split", "a split per task", "a few split"])
+    if style == "one split":
+        split = random_split(rng, BATCH)
+        return style, {t.id: split for t in tasks}
+    if style == "a split per task":
+        return style, {t.id: random_split(rng, BATCH) for t in tasks}
+    return style, {t.id: random_split(rng, BATCH) if rng.random() < 0.1 else [(rng.choice(WORKERS), BATCH)]
+                   for t in tasks}
+
+
+def outcome(name: str, problem: Problem, parts: dict) -> str:
+    try:
+        report = run(name, plan_from_parts(problem, parts), PLATFORM, problem=problem, repeats=1, warmup=0)
+    except InputError as exc:
+        return f"refused: {str(exc)[:160]}"
+    except Exception as exc:  # noqa: BLE001 - anything else is a finding
+        return f"FINDING crash {exc!r} at {traceback.format_exc().splitlines()[-3].strip()}"
+    return "outputs match" if report.outputs_match else f"FINDING outputs differ by {report.max_abs_error:.3g}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--seeds", type=int, default=3)
+    args = parser.parse_args()
+    counts: Counter = Counter()
+    for name in args.models:
+        began = time.perf_counter()
+        problems = [Problem(profile_zoo(name, repeats=1, min_time_s=0.0), PLATFORM, Objective("latency")),
+                    Problem(profile_zoo(name, batches=tuple(range(1, BATCH + 1)), repeats=1, min_time_s=0.0),
+                            PLATFORM, Objective("batch", BATCH))]
+        for seed in range(args.seeds):
+            rng = random.Random(seed)
+            for problem in problems:
+                style, parts = random_parts(rng, problem)
+                said = outcome(name, problem, parts)
+                counts[said.split(":")[0] if said.startswith("refused") else said[:40]] += 1
+                print(f"{name} seed {seed} {style}: {said}", flush=True)
+        print(f"{name}: {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+    lines = ["# Fuzzing the runtime: random plans run over cpu-workers-2", "",
+             f"`python {' '.join(sys.argv)}`: {len(args.models)} models ({', '.join(args.models)}), {args.seeds} "
+             "seeds, a random latency plan and a random batch-4 plan each.", "", "| outcome | plans |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in counts.most_common()]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    OUT.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
