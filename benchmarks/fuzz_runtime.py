@@ -21,11 +21,12 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-import diviml
-from diviml import Assignment, InputError, Objective, Plan, Problem, preset
+from diviml import InputError, Objective, Problem, preset
 from diviml.frontends.pytorch import profile_zoo
 from diviml.runtime import run
-from diviml.simulate import schedule
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "runtime"))
+from test_rows import plan_from_parts  # noqa: E402  (the runtime tests' plans: simulated, then validated)
 
 OUT = Path(__file__).parent / "results" / "fuzz_runtime.md"
 MODELS = ["gpt-tiny", "bert-tiny", "llama-tiny", "randwire-er-s1", "randwire-ba-s2", "resnet18", "mobilenet_v3_large",
@@ -33,20 +34,6 @@ MODELS = ["gpt-tiny", "bert-tiny", "llama-tiny", "randwire-er-s1", "randwire-ba-
 PLATFORM = preset("cpu-workers-2")
 WORKERS = ["worker0", "worker1"]
 BATCH = 4
-
-
-def plan_from_parts(problem: Problem, parts: dict) -> Plan:
-    """The plan the simulator times for these parts (each task's parts in sample order), validated."""
-    timed = schedule(problem, parts)
-    topo = {t: i for i, t in enumerate(problem.graph.topological_order)}
-    jobs = sorted(timed.jobs, key=lambda j: (topo[j.task], j.offset))
-    kind = problem.objective.kind
-    plan = Plan(kind, tuple(Assignment(j.task, j.device, j.start, j.batch if kind == "batch" else None) for j in jobs),
-                timed.makespan, 0.0, "feasible", "random", batch_size=problem.batch_size)
-    report = diviml.validate(plan, problem)
-    if not report.ok:
-        raise AssertionError(f"a random plan the validator refuses: {report}")
-    return plan
 
 
 def random_split(rng: random.Random, batch: int) -> list[tuple[str, int]]:

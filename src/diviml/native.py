@@ -11,22 +11,33 @@ __all__ = ["native_output_discarded", "native_stdout_to_stderr"]
 
 
 @contextmanager
-def native_stdout_to_stderr():
-    """Native solver libraries sometimes print on file descriptor 1 (HiGHS's MILP, when it mends a presolved
-    solution): send it to stderr for the duration."""
+def _pointed_at(target: int, fds: tuple[int, ...]):
+    """File descriptors ``fds`` write to ``target`` for the duration (Python's own buffers flushed either side)."""
     sys.stdout.flush()
+    sys.stderr.flush()
     try:
-        saved = os.dup(1)
-    except OSError:  # no usable stdout: nothing to protect
+        saved = [os.dup(fd) for fd in fds]
+    except OSError:  # no usable stream: nothing to protect
         yield
         return
-    os.dup2(2, 1)
+    for fd in fds:
+        os.dup2(target, fd)
     try:
         yield
     finally:
         sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+        sys.stderr.flush()
+        for fd, old in zip(fds, saved):
+            os.dup2(old, fd)
+            os.close(old)
+
+
+@contextmanager
+def native_stdout_to_stderr():
+    """Native solver libraries sometimes print on file descriptor 1 (HiGHS's MILP, when it mends a presolved
+    solution): send it to stderr for the duration."""
+    with _pointed_at(2, (1,)):
+        yield
 
 
 @contextmanager
@@ -34,19 +45,5 @@ def native_output_discarded():
     """What a native library prints on file descriptors 1 and 2 for the duration goes nowhere. For short calls
     whose prints say nothing to a user: METIS's recursive bisection prints "Cannot bisect a graph with 0
     vertices" where a weighted part comes out empty, and returns a partition that the partitioner repairs."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        saved = [os.dup(1), os.dup(2)]
-    except OSError:  # no usable stdout or stderr: nothing to keep clean
+    with tempfile.TemporaryFile() as sink, _pointed_at(sink.fileno(), (1, 2)):
         yield
-        return
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 1)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            for fd, old in zip((1, 2), saved):
-                os.dup2(old, fd)
-                os.close(old)

@@ -26,12 +26,14 @@ def batch_problem(name: str) -> Problem:
 
 
 def plan_from_parts(problem: Problem, parts: dict) -> Plan:
-    """The plan the simulator times for these parts: each task's parts listed in sample order."""
+    """The plan the simulator times for these parts (a latency or batch problem): each task's parts listed in
+    sample order."""
     timed = schedule(problem, parts)
     topo = {t: i for i, t in enumerate(problem.graph.topological_order)}
     jobs = sorted(timed.jobs, key=lambda j: (topo[j.task], j.offset))
-    plan = Plan("batch", tuple(Assignment(j.task, j.device, j.start, j.batch) for j in jobs), timed.makespan, 0.0,
-                "feasible", "hand", batch_size=problem.batch_size)
+    kind = problem.objective.kind
+    plan = Plan(kind, tuple(Assignment(j.task, j.device, j.start, j.batch if kind == "batch" else None) for j in jobs),
+                timed.makespan, 0.0, "feasible", "hand", batch_size=problem.batch_size)
     assert diviml.validate(plan, problem).ok
     return plan
 

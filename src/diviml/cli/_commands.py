@@ -318,25 +318,24 @@ def cmd_run(args) -> dict:
             text = (yaml.safe_dump(data, sort_keys=False) if Path(args.calibrate_platform_out).suffix in (".yaml", ".yml")
                     else json.dumps(data, indent=1))
             outputs.append((args.calibrate_platform_out, text))
-    compared = _single_device_run(source, platform, problem, args) if args.compare and problem is not None else {}
+    compared = (_single_device_run(source, platform, problem, args, report.measured_s)
+                if args.compare and problem is not None else {})
     write_files_atomic(outputs)
     if rank != 0:  # rank 0 speaks for the run
         return {"_text": ""}
-    if compared:
-        compared["speedup"] = compared["single_measured_s"] / report.measured_s
     return {**report.to_dict(), **compared, "written": [p for p, _ in outputs]}
 
 
-def _single_device_run(source, platform, problem, args) -> dict:
-    """The best single device's plan for ``problem`` (best-device), run as ``args`` ran the plan: what a user
-    compares a split plan with."""
+def _single_device_run(source, platform, problem, args, measured: float) -> dict:
+    """The best single device's plan for ``problem`` (best-device), run as ``args`` ran the plan (measured in
+    ``measured`` seconds): what a user compares a split plan with."""
     from ..runtime import run
     single = solvers.solve(problem, "best-device", time_limit=60)
     device = single.assignments[0].device
     report = run(source, single, platform, problem=problem, batch=args.batch, repeats=args.repeats,
                  warmup=args.warmup, progress=None if args.quiet else _progress)
     return {"single_device": device, "single_predicted_s": report.predicted_s, "single_measured_s": report.measured_s,
-            "single_outputs_match": report.outputs_match}
+            "single_outputs_match": report.outputs_match, "speedup": report.measured_s / measured}
 
 
 def _without_option(argv: list[str], option: str) -> list[str]:
