@@ -40,7 +40,7 @@ def test_every_baseline_plan_carries_a_bound_no_larger_than_its_value(kind):
 
 
 def test_an_lp_bound_that_gets_no_time_is_dropped_and_the_cheap_bound_stands():
-    from diviml.bounds import energetic_bound, path_work_bound
+    from diviml.bounds import energetic_bound, path_work_bound, segment_schedules_bound
     from diviml.generators import benchmark_platform
     graph = layered_dag(200, seed=1)
 
@@ -52,6 +52,7 @@ def test_an_lp_bound_that_gets_no_time_is_dropped_and_the_cheap_bound_stands():
     assert hurried == critical_path_bound(problem()) > 0
     simple = max(critical_path_bound(problem()), path_work_bound(problem()), work_bound(problem()),
                  memory_path_bound(problem()))
+    simple = max(simple, segment_schedules_bound(problem(), floor=simple))
     assert patient >= hurried and patient == max(simple, energetic_bound(problem(), floor=simple))
 
 

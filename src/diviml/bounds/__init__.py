@@ -11,6 +11,8 @@
   memory);
 - memory segments: the same with whole tasks and transfers between kinds of device, over the segments
   between series points (column generation, a MILP per distinct segment);
+- segment schedules (latency): the segments between series points each scheduled alone by the exact solver,
+  their bounds summed (a repeated segment solved once);
 - batch path-work: for the batch objective, an LP that prices each part at its batched time on the mean
   sample's path and on its device's work together; and, where the graph is one request, the memory path LP
   and the memory segments bound of that request's latency (every sample's path is such a schedule);
@@ -31,11 +33,12 @@ from ._energetic import Cut, energetic_bound, energetic_cuts
 from ._hops import hop_work_bound
 from ._integer import integer_work_bound, integer_work_counts, may_lift
 from ._latency import memory_path_bound, path_work_bound, path_work_seconds
+from ._schedules import segment_schedules_bound
 from ._segments import Relaxation, memory_segments_bound, memory_segments_relaxation
 from ._simple import critical_path_bound, spread_bound, work_bound
 
 __all__ = ["BOUND_SOURCES", "CUTOFFS", "Cut", "Relaxation", "batch_path_work_bound", "critical_path_bound", "energetic_bound", "energetic_cuts", "hop_work_bound", "integer_work_bound", "integer_work_counts", "lower_bound", "lower_bound_source",
-           "memory_path_bound", "memory_segments_bound", "memory_segments_relaxation", "path_work_bound", "path_work_seconds", "serial_upper_bound", "share_lower_bound",
+           "memory_path_bound", "memory_segments_bound", "memory_segments_relaxation", "path_work_bound", "path_work_seconds", "segment_schedules_bound", "serial_upper_bound", "share_lower_bound",
            "spread_bound", "work_bound"]
 
 # what proved a plan's bound (Plan.bound_source): the bounds here, and the solvers' own
@@ -46,6 +49,7 @@ HOP_WORK_LP = "hop work LP"
 PATH_WORK_LP = "path-work LP"
 MEMORY_PATH_LP = "memory path LP"
 MEMORY_SEGMENTS = "memory segments"
+SEGMENT_SCHEDULES = "segment schedules"
 BATCH_PATH_WORK_LP = "batch path-work LP"
 ENERGETIC_LP = "energetic LP"
 CP_SAT = "CP-SAT"  # exact and call-exact: the model's proven bound
@@ -54,7 +58,8 @@ MILP = "MILP"  # milp: the MILP's dual bound
 MODULE_DP = "module DP"  # split and exact by pieces: the join's dynamic program over the modules' bounds
 IP = "IP"  # the pipeline IP's dual bound
 EXACT_DP = "DP (exact)"  # the pipeline DP's contiguous optimum
-BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, WORK_MILP, HOP_WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, MEMORY_SEGMENTS, BATCH_PATH_WORK_LP, ENERGETIC_LP, CP_SAT, CUTOFFS, MILP, MODULE_DP, IP, EXACT_DP)
+BOUND_SOURCES = (CRITICAL_PATH, WORK_LP, WORK_MILP, HOP_WORK_LP, PATH_WORK_LP, MEMORY_PATH_LP, MEMORY_SEGMENTS, SEGMENT_SCHEDULES,
+                 BATCH_PATH_WORK_LP, ENERGETIC_LP, CP_SAT, CUTOFFS, MILP, MODULE_DP, IP, EXACT_DP)
 
 
 def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
@@ -75,6 +80,7 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
         found[HOP_WORK_LP] = hop_work_bound(problem, _half(left()))
         found[MEMORY_PATH_LP] = memory_path_bound(problem, left())
         found[MEMORY_SEGMENTS] = memory_segments_bound(problem, _half(left()))  # the plans need the rest
+        found[SEGMENT_SCHEDULES] = segment_schedules_bound(problem, _half(left()), floor=max(found.values()))
         found[PATH_WORK_LP] = path_work_bound(problem, left(), floor=max(found.values()))
         found[BATCH_PATH_WORK_LP] = batch_path_work_bound(problem, left())
         path, segments = one_request_bounds(problem, _half(left()))  # batch: one request's latency bounds it
