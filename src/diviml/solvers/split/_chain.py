@@ -101,6 +101,7 @@ class _Walks:
     baseline: Plan | None = None
     chain_bound: float | None = None
     proven: bool = False
+    out_of_time: bool = False  # a join stopped at its deadline before the last module
     counts: Counts = field(default_factory=Counts)
     passes: int = 0
     notes: list[str] = field(default_factory=list)
@@ -133,7 +134,8 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     finally:
         pool.close()
         background.close()
-    if "join_makespan" not in walks.stats and watch.left > 0.1 and label == NAME:  # the join fitted nothing
+    # the join fitted nothing in the memory (not: ran out of time, where the rest is for making the plan)
+    if "join_makespan" not in walks.stats and not walks.out_of_time and watch.left > 0.1 and label == NAME:
         whole = _whole_graph(problem, watch, seed, workers)
         if whole is not None and (walks.best is None or whole.objective < walks.best.objective):
             return whole
@@ -158,6 +160,7 @@ def _walk(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, sh
                    seed=seed, progress=progress, scale=scale, bounds=bounds, label=label)
         walks.passes += 1
         walks.counts += res.counts
+        walks.out_of_time = walks.out_of_time or res.out_of_time is not None
         if walks.passes == 1:  # the baseline is due: the join's plan is compared with it and needs its bound
             walks.baseline = walks.best = background.result()
         plan = plan_of(problem, sizes, res, bounds, watch, walks.notes)
