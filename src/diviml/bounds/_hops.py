@@ -27,7 +27,7 @@ from time import perf_counter
 
 from ..problem import Problem
 from ._lp import _KeyedLP, _tolerated, _unit, server_kinds
-from ._series import MAX_TASKS, _series_points
+from ._series import MAX_TASKS, series_points
 from ._simple import _unit_costs
 
 __all__ = ["hop_work_bound"]
@@ -154,14 +154,9 @@ def _groupings(problem: Problem, owner: dict[str, str], hop: dict[str, dict[str,
 def _segments(problem: Problem, owner: dict[str, str]) -> list[list[str]] | None:
     """The tasks in topological order cut after each series point (a merged view with its producer), or None
     where the graph is too large for the series points' bitsets."""
-    graph = problem.graph
-    order = list(graph.topological_order)
-    if len(order) > MAX_TASKS:
+    if len(problem.graph) > MAX_TASKS:
         return None
-    position = {t: i for i, t in enumerate(order)}
-    weighted = [t for t in order if graph.by_id[t].memory_bytes > 0
-                or any(problem.time(t, d) > 0 for d in problem.allowed_devices[t])]
-    series = _series_points(problem, order, position, weighted)
+    order, _, series = series_points(problem)
     segment_of: dict[str, int] = {}
     count = 0
     for t in order:

@@ -21,8 +21,8 @@ from time import perf_counter
 
 from ..graph import TaskGraph
 from ..problem import Objective, Problem
-from ._hops import _signature
-from ._series import MAX_TASKS, _series_points
+from ._hops import _segments, _signature
+from ._series import MAX_TASKS
 from ._simple import critical_path_bound
 
 __all__ = ["segment_schedules_bound"]
@@ -43,7 +43,7 @@ def segment_schedules_bound(problem: Problem, time_limit: float | None = None, f
             or (time_limit is not None and time_limit <= 0)):
         return 0.0
     stop = None if time_limit is None else perf_counter() + time_limit
-    segments = _segments(problem)
+    segments = _segments(problem, {t: t for t in graph.topological_order}) or []
     if len(segments) < 2:
         return 0.0
     counted: dict[tuple, tuple[list[str], int]] = {}
@@ -64,22 +64,6 @@ def segment_schedules_bound(problem: Problem, time_limit: float | None = None, f
         share = 60.0 if left is None else left / (len(todo) - k)
         values[i] = max(values[i], count * solve(sub, "exact", time_limit=share).bound)
     return sum(values)
-
-
-def _segments(problem: Problem) -> list[list[str]]:
-    """The tasks in topological order, cut after each series point."""
-    graph = problem.graph
-    order = list(graph.topological_order)
-    position = {t: i for i, t in enumerate(order)}
-    weighted = [t for t in order if graph.by_id[t].memory_bytes > 0
-                or any(problem.time(t, d) > 0 for d in problem.allowed_devices[t])]
-    series = _series_points(problem, order, position, weighted)
-    out: list[list[str]] = [[]]
-    for t in order:
-        out[-1].append(t)
-        if t in series:
-            out.append([])
-    return [seg for seg in out if seg]
 
 
 def _one_device(problem: Problem, tasks: list[str]) -> float:

@@ -70,12 +70,7 @@ def segments_of(problem: Problem, kinds: dict[str, list[str]], slots: dict[str, 
     """The graph's segments in order (times scaled by ``unit``, per segment kind of ``slots``, those of
     :func:`segment_kinds` for ``kinds``: kind -> device names), their tasks, and whether the last one ends at a
     series point; None where a segment holds more than ``MAX_SEGMENT`` tasks."""
-    graph = problem.graph
-    order = list(graph.topological_order)
-    position = {t: i for i, t in enumerate(order)}
-    weighted = [t for t in order if graph.by_id[t].memory_bytes > 0
-                or any(problem.time(t, d) > 0 for d in problem.allowed_devices[t])]
-    series = _series_points(problem, order, position, weighted)
+    order, weighted, series = series_points(problem)
     runs: list[list[str]] = [[]]
     for t in weighted:
         runs[-1].append(t)
@@ -90,6 +85,17 @@ def segments_of(problem: Problem, kinds: dict[str, list[str]], slots: dict[str, 
         segments.append(_segment(problem, run, previous, stops, moves, unit))
         previous = run[-1]
     return segments, runs, runs[-1][-1] in series
+
+
+def series_points(problem: Problem) -> tuple[list[str], list[str], set[str]]:
+    """The tasks in a topological order, those of them with time or memory (weighted), and the series points
+    among those."""
+    graph = problem.graph
+    order = list(graph.topological_order)
+    position = {t: i for i, t in enumerate(order)}
+    weighted = [t for t in order if graph.by_id[t].memory_bytes > 0
+                or any(problem.time(t, d) > 0 for d in problem.allowed_devices[t])]
+    return order, weighted, _series_points(problem, order, position, weighted)
 
 
 def _series_points(problem: Problem, order: list[str], position: dict[str, int], weighted: list[str]) -> set[str]:
