@@ -1,7 +1,8 @@
 """The segment schedules bound: the segments between series points each scheduled alone, exactly, and summed.
 At most the optimum (exact's proof, on random layered DAGs with and without binding memory, on one server and
 on several), as large as the optimum where every segment's best schedule starts and ends on one device, above
-the LP bounds where parallel branches must share a device, and a floor it cannot lift makes it stand aside."""
+the LP bounds where parallel branches must share a device, a floor it cannot lift makes it stand aside, and a
+segment that fits no packing leaves the refusal to the problem's solver."""
 
 import math
 import random
@@ -91,3 +92,14 @@ def test_it_stands_aside_where_it_cannot_lift_the_floor_or_does_not_apply():
     wired = TaskGraph.create([Task(t, {"gpu": rng.uniform(1, 2), "cpu": 3.0}) for t in "abcd"],
                              [("a", "c"), ("b", "d"), ("a", "d")])  # two sources: no series point
     assert bound(Problem(wired, _two_gpus(), Objective()), smallest=1) == 0.0
+
+
+def test_an_infeasible_problem_is_left_to_its_solver_to_refuse():
+    # three branches of 6 bytes between a fork and a join, two devices of 10 bytes: no packing fits
+    tasks = [Task(t, {"cpu": 1.0}, memory_bytes=6.0 if t in "abc" else 0.0) for t in "sabcj"]
+    g = TaskGraph.create(tasks, [("s", t) for t in "abc"] + [(t, "j") for t in "abc"])
+    two = Platform((Device("c0", "cpu", 10.0, "s", True), Device("c1", "cpu", 10.0, "s", True)), "two")
+    p = Problem(g, two, Objective())
+    assert bound(p, smallest=1) == pytest.approx(critical_path_bound(p))
+    with pytest.raises(diviml.InfeasibleError):
+        diviml.solve(p, "exact", time_limit=5)

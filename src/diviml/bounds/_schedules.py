@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from time import perf_counter
 
+from ..errors import InfeasibleError
 from ..graph import TaskGraph
 from ..problem import Objective, Problem
 from ._hops import _segments, _signature
@@ -62,7 +63,10 @@ def segment_schedules_bound(problem: Problem, time_limit: float | None = None, f
             break
         sub, count = subs[i]
         share = 60.0 if left is None else left / (len(todo) - k)
-        values[i] = max(values[i], count * solve(sub, "exact", time_limit=share).bound)
+        try:
+            values[i] = max(values[i], count * solve(sub, "exact", time_limit=share).bound)
+        except InfeasibleError:  # the whole problem is then infeasible too: its solver says so, in its words
+            continue
     return sum(values)
 
 
