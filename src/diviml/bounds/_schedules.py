@@ -29,6 +29,7 @@ from ._simple import critical_path_bound
 __all__ = ["segment_schedules_bound"]
 
 WHOLE = 120  # tasks: a graph of at most this many is the exact solver's whole (and a segment's largest size here)
+UNLIMITED_SHARE_S = 10.0  # seconds per segment's solve where the bound is given no time limit
 
 
 def segment_schedules_bound(problem: Problem, time_limit: float | None = None, floor: float = 0.0,
@@ -38,7 +39,8 @@ def segment_schedules_bound(problem: Problem, time_limit: float | None = None, f
     point) or cannot reach ``floor``.
 
     Segments are solved largest first, each with an even share of the time left; one left unsolved (the time
-    ran out, or it has more than :data:`WHOLE` tasks) counts its critical path. No time: no bound."""
+    ran out, or it has more than :data:`WHOLE` tasks) counts its critical path. No time: no bound; no limit:
+    :data:`UNLIMITED_SHARE_S` a segment."""
     graph = problem.graph
     if (problem.objective.kind != "latency" or not smallest <= len(graph) <= MAX_TASKS
             or (time_limit is not None and time_limit <= 0)):
@@ -62,7 +64,7 @@ def segment_schedules_bound(problem: Problem, time_limit: float | None = None, f
         if left is not None and left <= 0:
             break
         sub, count = subs[i]
-        share = 60.0 if left is None else left / (len(todo) - k)
+        share = UNLIMITED_SHARE_S if left is None else left / (len(todo) - k)
         try:
             values[i] = max(values[i], count * solve(sub, "exact", time_limit=share).bound)
         except InfeasibleError:  # the whole problem is then infeasible too: its solver says so, in its words
@@ -71,8 +73,8 @@ def segment_schedules_bound(problem: Problem, time_limit: float | None = None, f
 
 
 def _one_device(problem: Problem, tasks: list[str]) -> float:
-    """A makespan the segment alone can reach: all of it on the one device that runs it fastest (inf where
-    no device may run all of it)."""
+    """A makespan the segment alone can reach, memory aside: all of it on the one device that runs it fastest
+    (inf where no device may run all of it)."""
     devices = [d.name for d in problem.platform.devices]
     return min((sum(problem.time(t, d) for t in tasks) for d in devices
                 if all(d in problem.allowed_devices[t] for t in tasks)), default=float("inf"))
