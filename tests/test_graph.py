@@ -60,6 +60,14 @@ def test_topological_order_is_deterministic_and_valid():
     assert all(build().topological_order == order for _ in range(5))  # the same graph, the same order
 
 
+def test_a_subgraph_keeps_the_edges_between_its_tasks_and_reads_their_times_as_the_graph_does():
+    tasks = [Task(x, {"gpu": 1.0}, time_by_batch={"gpu": {1: 0.5, 8: 1.0}}) for x in "abc"]
+    whole = TaskGraph.create(tasks, [("a", "b"), ("b", "c"), ("a", "c")], time_unit="ms", batch_size=8)
+    sub = whole.subgraph(["b", "c"], "tail")
+    assert sub.edges == (("b", "c"),) and sub.name == "tail" and sub.time_unit == "ms"
+    assert sub.time_at("b", "gpu") == whole.time_at("b", "gpu") == 1.0  # at the graph's batch of 8, not 1
+
+
 def test_batch_times_come_from_the_table_or_are_interpolated_and_flagged():
     t = Task("a", {"gpu": 1.0}, time_by_batch={"gpu": {4: 2.0, 8: 3.0}})
     assert time_at_batch(t, "gpu", 4, 1) == (2.0, False)

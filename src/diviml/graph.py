@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Hashable, Iterable, Mapping, TypeVar
+from typing import Callable, Hashable, Iterable, Mapping, Sequence, TypeVar
 
 import networkx as nx
 
@@ -117,6 +117,14 @@ class TaskGraph:
 
     def __len__(self) -> int:
         return len(self.tasks)
+
+    def subgraph(self, ids: Sequence[str], name: str) -> "TaskGraph":
+        """The tasks ``ids`` (in that order) and the edges between them, timed as here (the same time unit and
+        batch size: a task's times are read at this graph's batch)."""
+        inside = set(ids)
+        return TaskGraph.create([self.by_id[t] for t in ids],
+                                [(u, v) for u in ids for v in self.successors[u] if v in inside],
+                                name=name, time_unit=self.time_unit, batch_size=self.batch_size)
 
     # -- checks ----------------------------------------------------------------------------------
     def check(self) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 from time import perf_counter
 
 from ..errors import InfeasibleError
-from ..graph import TaskGraph
 from ..problem import Objective, Problem
 from ._hops import _segments, _signature
 from ._series import MAX_TASKS
@@ -82,12 +81,8 @@ def _one_device(problem: Problem, tasks: list[str]) -> float:
 
 def _alone(problem: Problem, tasks: list[str], n: int) -> Problem:
     """The latency problem of a segment on its own: its tasks and the edges between them, on the platform."""
-    graph = problem.graph
-    inside = set(tasks)
-    edges = [(u, v) for u in tasks for v in graph.successors[u] if v in inside]
-    sub = TaskGraph.create([graph.by_id[t] for t in tasks], edges, name=f"{graph.name} segment {n}",
-                           time_unit=graph.time_unit, batch_size=graph.batch_size)
-    return Problem(sub, problem.platform, Objective("latency"))
+    return Problem(problem.graph.subgraph(tasks, f"{problem.graph.name} segment {n}"), problem.platform,
+                   Objective("latency"))
 
 
 def _worth_solving(sub: Problem) -> bool:

@@ -121,10 +121,7 @@ def _servers(problem: Problem, layer: list[str], watch: Stopwatch) -> list[_Serv
 
 def _one_layer(problem: Problem, layer: list[str], devices) -> Problem:
     """The latency problem of ``layer`` alone on one server's ``devices``."""
-    graph = problem.graph
-    inside = set(layer)
-    sub = TaskGraph.create([graph.by_id[t] for t in layer],
-                           [(u, v) for u in layer for v in graph.successors[u] if v in inside])
+    sub = problem.graph.subgraph(layer, f"{problem.graph.name} layer")
     names = {d.name for d in devices}
     platform = problem.platform
     links = {pair: link for pair, link in platform.peer_links.items() if pair <= names}
