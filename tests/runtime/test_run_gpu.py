@@ -55,9 +55,10 @@ def test_one_capture_is_measured_on_the_cpu_and_on_the_gpu(name):
     assert all(t.time["host"] > 0 and t.time[gpu] > 0 for t in ops)
     # the GPU's times are measured there, not the catalogue's roofline for it, and are not the CPU's
     roofline = {t.id: spec(gpu).roofline(t.flops, t.bytes_accessed or 0.0) for t in ops}
-    # (a launch-bound operator may come within 5% of the roofline's launch overhead by chance: most do not)
+    # (a launch-bound operator may come within 5% of the roofline's launch overhead, or of the CPU's few
+    # microseconds, by chance: most do not, and a copy of either side's times would make them all)
     assert sum(abs(t.time[gpu] - roofline[t.id]) > 0.05 * roofline[t.id] for t in ops) > 0.5 * len(ops)
-    assert sum(abs(t.time[gpu] - t.time["host"]) > 0.05 * t.time["host"] for t in ops) > 0.9 * len(ops)
+    assert sum(abs(t.time[gpu] - t.time["host"]) > 0.05 * t.time["host"] for t in ops) > 0.5 * len(ops)
 
 
 @pytest.mark.parametrize("name", ["gpt-tiny", "resnet18", "randwire-ws-s0"])
