@@ -4,8 +4,9 @@ they predicted.
 For each model and platform: profile with the platform's thread count (on a platform with a GPU, on the CPU
 and the GPU: --device cpu,cuda), schedule with split (latency, or --objective batch), run the plan (outputs
 checked every run), write the measured times and hand-offs back (--calibrate-out, --calibrate-platform-out),
-schedule again on the calibrated graph and platform and run that plan; run the best single device's plan the
-same way. Every step is the CLI a user runs (`diviml profile / schedule / run --json`), `cpu-ranks-2` as two
+schedule again on the calibrated graph and platform and run that plan, with the best single device's plan on
+that graph measured beside it in the same process, their runs in turn (`run --compare`; on several ranks, run
+on its own). Every step is the CLI a user runs (`diviml profile / schedule / run --json`), `cpu-ranks-2` as two
 gloo ranks (`--nproc 2`). Prints a table and writes benchmarks/results/runtime_fidelity.md (or --out).
 
 Columns: predicted and measured latency (ms, median of the timed runs) of the split plan before and after
@@ -82,10 +83,8 @@ def row(model: str, case: Case, work: Path, repeats: int, min_time: float) -> di
         ["--batch", case.batch] if case.objective == "batch" else [])
     out = {"model": model, "platform": case.label}
     plans = {}
-    for name, graph, solver in (("single", g, "best-device"), ("split", g, "split")):
-        plans[name] = work / f"{tag}-{name}.json"
-        diviml("schedule", graph, "--platform", case.platform, "--solver", solver, "--out", plans[name], *solve)
-    single = diviml("run", model, plans["single"], "--graph", g, *run_args, keep=work / f"{tag}-single-run.json")
+    plans["split"] = work / f"{tag}-split.json"
+    diviml("schedule", g, "--platform", case.platform, "--solver", "split", "--out", plans["split"], *solve)
     calibrated = work / f"{tag}-calibrated.json"
     measured_platform = work / f"{tag}-calibrated.yaml"
     before = diviml("run", model, plans["split"], "--graph", g, "--calibrate-out", calibrated,
@@ -94,9 +93,21 @@ def row(model: str, case: Case, work: Path, repeats: int, min_time: float) -> di
     diviml("schedule", calibrated, "--platform", measured_platform, "--solver", "split", "--out", plans["after"],
            *solve)
     run_args[1] = measured_platform
-    after = diviml("run", model, plans["after"], "--graph", calibrated, *run_args, keep=work / f"{tag}-after-run.json")
-    out.update(single_device=sorted({a["device"] for a in json.loads(plans["single"].read_text())["assignments"]}),
-               max_error=max(before["max_abs_error"], after["max_abs_error"]))
+    if case.nproc == 1:  # the best single device's plan (on the calibrated graph) measured beside, in one process
+        after = diviml("run", model, plans["after"], "--graph", calibrated, *run_args, "--compare",
+                       keep=work / f"{tag}-after-run.json")
+        single = {"measured_s": after["single_measured_s"], "outputs_match": after["single_outputs_match"]}
+        single_device = [after["single_device"]]
+    else:  # --compare runs in one process: the single device's plan run on its own
+        after = diviml("run", model, plans["after"], "--graph", calibrated, *run_args,
+                       keep=work / f"{tag}-after-run.json")
+        plans["single"] = work / f"{tag}-single.json"
+        diviml("schedule", calibrated, "--platform", measured_platform, "--solver", "best-device", "--out",
+               plans["single"], *solve)
+        single = diviml("run", model, plans["single"], "--graph", calibrated, *run_args,
+                        keep=work / f"{tag}-single-run.json")
+        single_device = sorted({a["device"] for a in json.loads(plans["single"].read_text())["assignments"]})
+    out.update(single_device=single_device, max_error=max(before["max_abs_error"], after["max_abs_error"]))
     out.update(predicted=before["predicted_s"], measured=before["measured_s"], ratio=before["ratio"],
                predicted_after=after["predicted_s"], measured_after=after["measured_s"], ratio_after=after["ratio"],
                match=before["outputs_match"] and after["outputs_match"] and single["outputs_match"],
@@ -110,7 +121,9 @@ def table(rows: list[dict], command: str, machine: str) -> str:
         "# Plans run on this machine: measured beside predicted", "",
         f"Command: `{command}`; machine: {machine}; latency of one request (a batch for 'batch N' rows) in ms, "
         "median of the timed runs. 'before': the split plan on the profiled graph; 'after': split again on the "
-        "graph calibrated by that run, and run. 'single': the best single device's plan (best-device), run. "
+        "graph calibrated by that run, and run. 'single': the best single device's plan (best-device on the "
+        "calibrated graph), run in the same process as 'after', their runs in turn (run --compare; with ranks, on "
+        "its own). "
         "Speed-up: single / after, both measured. Error: the largest absolute difference from the unsplit "
         "module's outputs (CPU) over every run. The runtime's cost per piece: results/runtime_overhead.md.", "",
         "| model | platform | predicted | measured | ratio | predicted after | measured after | ratio after | "

@@ -275,7 +275,7 @@ def _check_run_args(args) -> None:
 
 def cmd_run(args) -> dict:
     from ..platform import Platform
-    from ..runtime import launch, model_source, run
+    from ..runtime import launch, model_source, run, run_beside
     from ..runtime._dist import env_world
     _check_run_args(args)
     if args.nproc is not None:
@@ -297,8 +297,15 @@ def cmd_run(args) -> dict:
         objective = Objective(plan.objective_kind if plan.objective_kind in ("latency", "batch") else "latency",
                               plan.batch_size if plan.objective_kind == "batch" else None)
         problem = Problem(graph, platform, objective)
-    report = run(source, plan, platform, problem=problem, batch=args.batch, repeats=args.repeats,
-                 warmup=args.warmup, rank=rank, world=world, progress=None if args.quiet else _progress)
+    progress = None if args.quiet else _progress
+    single = None
+    if args.compare and problem is not None:  # both plans in this process, their runs in turn
+        single = solvers.solve(problem, "best-device", time_limit=60)
+        report, single_report = run_beside(source, (plan, single), platform, problem=problem, batch=args.batch,
+                                           repeats=args.repeats, warmup=args.warmup, progress=progress)
+    else:
+        report = run(source, plan, platform, problem=problem, batch=args.batch, repeats=args.repeats,
+                     warmup=args.warmup, rank=rank, world=world, progress=progress)
     outputs: list[tuple[str, str | bytes]] = []
     if rank == 0:
         from ..reports import measured
@@ -318,24 +325,13 @@ def cmd_run(args) -> dict:
             text = (yaml.safe_dump(data, sort_keys=False) if Path(args.calibrate_platform_out).suffix in (".yaml", ".yml")
                     else json.dumps(data, indent=1))
             outputs.append((args.calibrate_platform_out, text))
-    compared = (_single_device_run(source, platform, problem, args, report.measured_s)
-                if args.compare and problem is not None else {})
+    compared = ({"single_device": single.assignments[0].device, "single_predicted_s": single_report.predicted_s,
+                 "single_measured_s": single_report.measured_s, "single_outputs_match": single_report.outputs_match,
+                 "speedup": single_report.measured_s / report.measured_s} if single is not None else {})
     write_files_atomic(outputs)
     if rank != 0:  # rank 0 speaks for the run
         return {"_text": ""}
     return {**report.to_dict(), **compared, "written": [p for p, _ in outputs]}
-
-
-def _single_device_run(source, platform, problem, args, measured: float) -> dict:
-    """The best single device's plan for ``problem`` (best-device), run as ``args`` ran the plan (measured in
-    ``measured`` seconds): what a user compares a split plan with."""
-    from ..runtime import run
-    single = solvers.solve(problem, "best-device", time_limit=60)
-    device = single.assignments[0].device
-    report = run(source, single, platform, problem=problem, batch=args.batch, repeats=args.repeats,
-                 warmup=args.warmup, progress=None if args.quiet else _progress)
-    return {"single_device": device, "single_predicted_s": report.predicted_s, "single_measured_s": report.measured_s,
-            "single_outputs_match": report.outputs_match, "speedup": report.measured_s / measured}
 
 
 def _without_option(argv: list[str], option: str) -> list[str]:

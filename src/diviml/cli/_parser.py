@@ -116,7 +116,7 @@ def _add_run(sub) -> None:
     r.add_argument("--nproc", type=int, help="run as N torch.distributed (gloo) ranks on this host: one per "
                                              "server of the platform, or one per device")
     r.add_argument("--compare", action="store_true",
-                   help="also run the best single device's plan (best-device on --graph) the same way: both measured")
+                   help="also run the best single device's plan (best-device on --graph) in this process, the two plans' runs in turn (blocks A B B A): both measured alike")
     r.add_argument("--trace", help="write the measured per-piece timeline as Chrome trace JSON")
     r.add_argument("--gantt", action="append", help="draw measured beside predicted (.png, .svg or .html)")
     r.add_argument("--calibrate-out", help="write the graph with times scaled to what the pieces measured")

@@ -9,8 +9,8 @@ module, its time measured beside the plan's prediction.
 from ._calibrate import Handoff, calibrated_graph, calibrated_platform
 from ._dist import launch, rank_of_devices
 from ._pieces import Piece, Program, cut
-from ._run import PieceReport, RunReport, run
+from ._run import PieceReport, RunReport, run, run_beside
 from ._source import ModelSource, model_source
 
 __all__ = ["Handoff", "ModelSource", "calibrated_graph", "calibrated_platform", "Piece", "PieceReport", "Program",
-           "RunReport", "cut", "launch", "model_source", "rank_of_devices", "run"]
+           "RunReport", "cut", "launch", "model_source", "rank_of_devices", "run", "run_beside"]

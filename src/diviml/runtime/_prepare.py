@@ -1,0 +1,212 @@
+"""A plan made ready to run: the request checked, the model captured and cut into per-device pieces by the
+plan, the unsplit module's outputs to check against, and the workers (and ranks) that run the pieces."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..frontends._torch import float32_in_full
+from ..plan import Plan
+from ._dist import Comm, init, rank_of_devices
+from ._execute import Executor
+from ._pieces import cut
+from ._rows import split_rows
+from ._source import ModelSource, model_source
+
+# outputs must match the unsplit module within these (relative, absolute) tolerances, by dtype: the split
+# program runs the same kernels, but a kernel may sum in another order on another thread count or device
+TOLERANCE = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2)}
+# where the plan runs tasks on a GPU, the reference (the unsplit module on this CPU) and the split program run
+# other kernels (cuDNN or cuBLAS against oneDNN), each rounding in its own order, through every layer; TF32
+# is off for the run (frontends._torch.float32_in_full), so float32 stays float32
+TOLERANCE_ACROSS_DEVICES = {"float64": (1e-7, 1e-10), "float32": (1e-3, 1e-4), "float16": (2e-2, 2e-3),
+                            "bfloat16": (5e-2, 2e-2)}
+
+
+def torch_devices(platform, devices: list[str], rank_of: dict[str, int], rank: int) -> dict:
+    """Plan device -> torch device for the devices of this rank; a GPU the machine lacks is an InputError."""
+    import torch
+    out, gpus = {}, 0
+    for name in devices:
+        d = platform.by_name[name]
+        if rank_of[name] != rank:
+            continue
+        if d.is_host:
+            out[name] = torch.device("cpu")
+            continue
+        if not torch.cuda.is_available():
+            raise InputError(f"the plan runs tasks on {name!r} (type {d.type}), a GPU, but this machine has none "
+                             "(torch.cuda.is_available() is False): run it where the GPU is, or schedule for a "
+                             "CPU platform such as cpu-workers-2")
+        if gpus >= torch.cuda.device_count():
+            raise InputError(f"the plan needs more GPUs on this rank than the {torch.cuda.device_count()} here")
+        out[name] = torch.device("cuda", gpus)
+        gpus += 1
+    return out
+
+
+def _tolerance(platform, used: list[str], torch) -> dict:
+    """The outputs' tolerance by dtype for a plan over ``used``; TF32 off where it runs tasks on a GPU."""
+    if all(platform.by_name[d].is_host for d in used):
+        return TOLERANCE
+    float32_in_full(torch)
+    return TOLERANCE_ACROSS_DEVICES
+
+
+def _placed(platform, used: list[str], rank_of: dict[str, int]) -> dict[str, str]:
+    """Plan device -> "rank R: torch device", by the rule :func:`torch_devices` applies on every rank."""
+    out: dict[str, str] = {}
+    gpus: dict[int, int] = {}
+    for name in used:
+        r = rank_of[name]
+        if platform.by_name[name].is_host:
+            out[name] = f"rank {r}: cpu"
+        else:
+            out[name] = f"rank {r}: cuda:{gpus.get(r, 0)}"
+            gpus[r] = gpus.get(r, 0) + 1
+    return out
+
+
+@dataclass
+class _Prepared:
+    """A plan ready to run: its program cut into pieces, the workers that run it, and what a run is checked
+    against."""
+    source: ModelSource
+    plan: Plan
+    platform: object
+    problem: object
+    batch: int
+    program: object
+    meta: dict
+    reference: dict
+    tolerance: dict
+    eager: float
+    executor: Executor
+    comm: Comm | None
+    used: list
+    rank_of: dict
+    rank: int
+    world: int
+
+
+def _prepare(source: ModelSource | str, plan: Plan, platform, problem, batch: int | None, repeats: int, warmup: int,
+             rank: int, world: int, progress) -> _Prepared:
+    """Check the request, capture the model, cut it by the plan and start the workers (and the ranks)."""
+    import torch
+
+    if isinstance(source, str):
+        source = model_source(source)
+    batch = _check_request(source, plan, platform, batch, repeats, warmup)
+    split = any(len(p) > 1 for p in plan.parts.values())
+    rank_of = rank_of_devices(platform, world)
+    used = sorted({a.device for a in plan.assignments}, key=list(platform.by_name).index)
+    devices = torch_devices(platform, used, rank_of, rank)
+    tolerance = _tolerance(platform, used, torch)
+    threads = {d.name: d.threads for d in platform.devices}
+    cpu_threads = next((d.threads for d in platform.devices if d.is_host and d.threads), None)
+    if cpu_threads:
+        torch.set_num_threads(cpu_threads)
+    if progress:
+        progress(f"capturing {source.name} at batch {batch}")
+    captured, runnable, program = _program(source, plan, problem, batch, split)
+    values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
+    reference, meta = _reference(captured, runnable, program, torch)
+    eager = _time_eager(captured, torch, max(3, repeats // 2))
+    comm = None
+    if world > 1:
+        init(rank, world)
+        comm = Comm(program, rank_of, rank, meta)
+    local = {d for d in program.pieces if rank_of[d] == rank}
+    executor = Executor(program, {**devices, **{d: torch.device("cpu") for d in program.pieces if d not in devices}},
+                        threads, {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs},
+                        comm=comm, local=local)
+    return _Prepared(source, plan, platform, problem, batch, program, meta, reference, tolerance, eager, executor,
+                     comm, used, rank_of, rank, world)
+
+
+def _program(source: ModelSource, plan: Plan, problem, batch: int, split: bool):
+    """The model captured at ``batch`` (the same weights on every rank), the program that runs (with a copy of
+    each split task per sub-batch: runtime._rows) and its cut into per-device pieces."""
+    import torch
+
+    from ..frontends.pytorch import capture_at
+    torch.manual_seed(0)  # every rank builds the same weights
+    captured = capture_at(source.build(), source.inputs, batch)
+    if problem is not None:
+        _check_edges(captured, problem.graph)
+    order = plan.device_order
+    assert order is not None  # _check_request refuses a plan without one
+    if split:
+        jobs = split_rows(captured, plan.parts, order, batch)
+        return captured, jobs.captured, cut(jobs.captured, jobs.device_order, jobs.task_of)
+    return captured, captured, cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()})
+
+
+def _check_request(source: ModelSource, plan: Plan, platform, batch: int | None, repeats: int, warmup: int) -> int:
+    """The batch to run at, after checking the plan can run here at it (InputError saying why not)."""
+    if repeats < 1 or warmup < 0:
+        raise InputError(f"--repeats must be >= 1 and --warmup >= 0, got {repeats} and {warmup}")
+    unknown = sorted({a.device for a in plan.assignments} - set(platform.by_name))
+    if unknown:
+        raise InputError(f"the plan uses devices {unknown} that platform {platform.name!r} lacks: give the "
+                         "platform it was scheduled for (--platform)")
+    if plan.device_order is None:
+        raise InputError(f"a {plan.objective_kind} plan has no start times to run in order: run a latency or "
+                         "batch plan")
+    batch = batch or plan.batch_size
+    if any(len(p) > 1 for p in plan.parts.values()) and batch != plan.batch_size:
+        raise InputError(f"the plan splits tasks into sub-batches of a batch of {plan.batch_size}: run it at that "
+                         f"batch, not {batch}")
+    if source.batch_fixed is not None and batch != source.batch_fixed:
+        raise InputError(f"the model's factory gives inputs of batch {source.batch_fixed} but the plan is for "
+                         f"batch {batch}: profile and schedule at the factory's batch")
+    return batch
+
+
+def _check_edges(captured, graph) -> None:
+    """The captured program's task-level edges must be the graph's: same names wired otherwise is another model."""
+    from ..frontends.pytorch import task_of_nodes
+    task_of = task_of_nodes(captured)
+    edges = {(task_of[a.name], task_of[n.name]) for n in captured.gm.graph.nodes if n.name in task_of
+             for a in n.all_input_nodes if a.name in task_of and task_of[a.name] != task_of[n.name]}
+    differ = edges ^ set(graph.edges)
+    if differ:
+        raise InputError(f"the model's captured graph and the given graph have the same tasks but {len(differ)} "
+                         f"different edges (e.g. {sorted(differ)[0]}): give the graph profiled from this model")
+
+
+def _reference(captured, runnable, program, torch):
+    """The unsplit module's results (flat, in the program's order) and every tensor value's shape and dtype
+    in the program that runs (``runnable``: the captured one, or its rewrite into sub-batch jobs)."""
+    meta: dict[str, tuple] = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, node):
+            value = super().run_node(node)
+            if isinstance(value, torch.Tensor):
+                meta[node.name] = (tuple(value.shape), value.dtype)
+            elif isinstance(value, int):  # a size read off an input (dynamic batch): sent as a one-element tensor
+                meta[node.name] = (None, int)
+            return value
+
+    with torch.no_grad():
+        Recorder(runnable.gm).run(*runnable.args)
+        out = captured.gm(*captured.args)
+    flat, _ = torch.utils._pytree.tree_flatten(out)
+    return dict(zip(program.results, flat)), meta
+
+
+def _time_eager(captured, torch, repeats: int) -> float:
+    import time
+    with torch.no_grad():
+        captured.gm(*captured.args)
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            captured.gm(*captured.args)
+            samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
