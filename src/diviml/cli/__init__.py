@@ -31,9 +31,10 @@ from ._commands import (
 )
 from ._output import _print_human
 from ._parser import build_parser
+from ._tune import cmd_tune
 
 COMMANDS = {"schedule": cmd_schedule, "evaluate": cmd_evaluate, "validate": cmd_validate, "profile": cmd_profile,
-            "run": cmd_run,
+            "run": cmd_run, "tune": cmd_tune,
             "models": cmd_models,
             "platforms": cmd_platforms, "solvers": cmd_solvers}
 

@@ -91,5 +91,19 @@ def _print_plan(out: dict) -> None:
         print(f"wrote {p}")
 
 
+def _print_tune(out: dict) -> None:
+    for k, r in enumerate(out["rounds"]):
+        mark = "  <- fastest" if k == out["best_round"] else ""
+        print(f"round {k + 1}: {r['pieces']} pieces on {len(r['devices'])} device(s), predicted "
+              f"{r['predicted_s'] * 1e3:.4g} ms, measured {r['measured_s'] * 1e3:.4g} ms "
+              f"({r['measured_min_s'] * 1e3:.4g}-{r['measured_max_s'] * 1e3:.4g}), ratio {r['ratio']:.3f}{mark}")
+    how = "the solver returned a plan already run" if out["converged"] else "out of rounds"
+    print(f"{out['model']}: round {out['best_round'] + 1} fastest, {out['speedup_over_first']:.3f}x the first "
+          f"round's plan ({how})")
+    for p in out["written"]:
+        print(f"wrote {p}")
+
+
 PRINTERS = {"platforms": _print_platforms, "solvers": _print_solvers, "validate": _print_validate,
-            "models": _print_models, "profile": _print_profile, "run": _print_run, "evaluate": _print_evaluate}
+            "models": _print_models, "profile": _print_profile, "run": _print_run, "evaluate": _print_evaluate,
+            "tune": _print_tune}

@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_schedule(sub)
     _add_run(sub)
+    _add_tune(sub)
     e = sub.add_parser("evaluate", help="max-load of a NeurIPS 2020 split")
     _add_problem_options(e, default_objective=None)
     e.add_argument("--split", required=True, help="split JSON ({'fpgas': [...], 'cpus': [...]})")
@@ -125,6 +126,28 @@ def _add_run(sub) -> None:
                         "(with --graph: their latency fitted so that the plan re-timed takes what was measured)")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--json", action="store_true")
+
+
+def _add_tune(sub) -> None:
+    """diviml tune: schedule, run, calibrate and schedule again until the plan stops changing."""
+    t = sub.add_parser("tune", help="schedule, run, calibrate from the run and schedule again until the plan "
+                                    "stops changing: the fastest plan measured")
+    t.add_argument("model", help="a zoo name (see 'diviml models') or path/to/file.py:factory")
+    t.add_argument("graph", help="the model's profiled graph ('diviml profile MODEL --platform P --out G')")
+    t.add_argument("--platform", help="the devices to run on (default paper-server)")
+    t.add_argument("--objective", choices=("latency", "batch"), default="latency")
+    t.add_argument("--batch", type=int, help="requests per batch for --objective batch (default 8)")
+    t.add_argument("--solver", default="split", help="the solver of every round (default split)")
+    t.add_argument("--time-limit", type=float, default=5.0, help="seconds for each round's solve (default 5)")
+    t.add_argument("--rounds", type=int, default=4, help="runs at most (default 4); the loop ends sooner when "
+                                                          "the solver returns a plan it ran already")
+    t.add_argument("--repeats", type=int, default=10, help="timed runs of each round's plan (default 10)")
+    t.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    t.add_argument("--out", help="write the fastest plan measured")
+    t.add_argument("--graph-out", help="write the graph that plan was solved on (the profile, or a calibration)")
+    t.add_argument("--platform-out", help="write the platform that plan was solved on (.yaml or .json)")
+    t.add_argument("--quiet", action="store_true")
+    t.add_argument("--json", action="store_true")
 
 
 def _add_profile(sub) -> None:

@@ -11,6 +11,8 @@ from ._dist import launch, rank_of_devices
 from ._pieces import Piece, Program, cut
 from ._run import PieceReport, RunReport, run, run_beside
 from ._source import ModelSource, model_source
+from ._tune import TuneReport, TuneRound, tune
 
 __all__ = ["Handoff", "ModelSource", "calibrated_graph", "calibrated_platform", "Piece", "PieceReport", "Program",
-           "RunReport", "cut", "launch", "model_source", "rank_of_devices", "run", "run_beside"]
+           "RunReport", "TuneReport", "TuneRound", "cut", "launch", "model_source", "rank_of_devices", "run",
+           "run_beside", "tune"]
