@@ -94,3 +94,41 @@ def test_vit_b_16_runs_one_graph_at_batch_1_and_8_with_free_views_and_its_own_ba
     assert len(addmm) >= 12 and all(t.time_by_batch["a100"][8] > t.time["a100"] for t in addmm)
     views = [t for t in ops if t.kind in ("view", "permute", "expand", "unsqueeze", "select")]
     assert len(views) > 100 and all(t.time["a100"] == 0 == t.time_by_batch["a100"][8] for t in views)
+
+
+def _records(times: dict[str, list[float]]):
+    from types import SimpleNamespace
+
+    from diviml.frontends.pytorch._costs import NodeRecord
+    records = {n: NodeRecord(n, "op", [], [], 0.0, 0.0, 0.0, times=list(t)) for n, t in times.items()}
+    records["x"] = NodeRecord("x", "input", [], [], 0.0, 0.0, 0.0)  # an input: never timed, never charged
+    return SimpleNamespace(records=records)
+
+
+def test_what_the_whole_program_takes_beyond_its_operators_is_shared_among_them():
+    from diviml.frontends.pytorch._measure import _add_dispatch
+    session = _records({"a": [1.0, 3.0, 2.0], "b": [5.0, 4.0, 6.0]})  # medians 2 and 5
+    said: list[str] = []
+    _add_dispatch(session, 9.0, said.append)  # 2 more than 2 + 5: 1 each, every sample
+    assert session.records["a"].times == [2.0, 4.0, 3.0] and session.records["b"].times == [6.0, 5.0, 7.0]
+    assert session.records["x"].times == [] and "1e+06 us added to each of 2 operators" in said[0]
+
+
+def test_operators_that_add_up_to_more_than_the_program_keep_their_times():
+    from diviml.frontends.pytorch._measure import _add_dispatch
+    session = _records({"a": [2.0], "b": [5.0]})
+    _add_dispatch(session, 6.0, None)  # a GPU's kernels overlapping their launches: nothing taken away
+    assert session.records["a"].times == [2.0] and session.records["b"].times == [5.0]
+
+
+def test_a_profile_adds_up_to_what_its_program_takes_when_run_whole(monkeypatch):
+    import statistics
+
+    from diviml.frontends.pytorch import _measure
+    from diviml.frontends.zoo import MODELS
+    spec = MODELS["randwire-ws-small-s0"]
+    captured = capture_at(spec.build(), spec.inputs, 1)
+    monkeypatch.setattr(_measure, "_whole_module_s", lambda *args: 0.5)  # the program run whole: 0.5 s
+    timed = [r for r in _measure.measure(captured, repeats=3, min_time_s=0.0) if r.times]
+    assert len(timed) > 50
+    assert sum(statistics.median(r.times) for r in timed) == pytest.approx(0.5, rel=0.05)
