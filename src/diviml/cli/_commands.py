@@ -49,6 +49,22 @@ def _problem(args, objective_kind: str | None = None) -> Problem:
     return problem
 
 
+def _check_folders(paths) -> None:
+    """Refuse an output path whose folder does not exist, before any work is done."""
+    for path in paths:
+        if path and not Path(path).resolve().parent.is_dir():
+            raise InputError(f"cannot write {path}: its folder does not exist")
+
+
+def platform_text(path: str, platform) -> str:
+    """``platform`` as the text of a file at ``path``: YAML for .yaml / .yml, JSON otherwise."""
+    data = platform.to_dict()
+    if Path(path).suffix in (".yaml", ".yml"):
+        import yaml
+        return yaml.safe_dump(data, sort_keys=False)
+    return json.dumps(data, indent=1)
+
+
 def _progress(message: str) -> None:
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
@@ -98,9 +114,7 @@ def cmd_schedule(args) -> dict:
         solvers.check_options(args.solver, options)
     for path in (args.gantt or []):
         gantt.check_format(path)
-    for path in [args.out, args.split_out, *(args.gantt or [])]:
-        if path and not Path(path).resolve().parent.is_dir():
-            raise InputError(f"cannot write {path}: its folder does not exist")
+    _check_folders([args.out, args.split_out, *(args.gantt or [])])
     problem = _problem(args)
     args.solver, because = solvers.resolve(problem, args.solver)
     solvers.check_request(args.objective, args.solver, args.time_limit)
@@ -188,8 +202,7 @@ def cmd_profile(args) -> dict:
         batches = [source.batch_fixed]
     if args.repeats < 1 or not args.min_time >= 0:
         raise InputError(f"--repeats must be >= 1 and --min-time >= 0 seconds, got {args.repeats} and {args.min_time}")
-    if args.out and not Path(args.out).resolve().parent.is_dir():
-        raise InputError(f"cannot write {args.out}: its folder does not exist")
+    _check_folders([args.out])
     threads = args.threads
     if args.platform:
         from ..platform import Platform
@@ -257,9 +270,7 @@ def _phase_source(args, batches: list[int]):
 
 def _check_run_args(args) -> None:
     """Refuse a run request that cannot be met before anything is captured or launched."""
-    for path in [args.trace, args.calibrate_out, args.calibrate_platform_out, *(args.gantt or [])]:
-        if path and not Path(path).resolve().parent.is_dir():
-            raise InputError(f"cannot write {path}: its folder does not exist")
+    _check_folders([args.trace, args.calibrate_out, args.calibrate_platform_out, *(args.gantt or [])])
     for path in (args.gantt or []):
         gantt.check_format(path)
     if args.nproc is not None and args.nproc < 1:
@@ -320,11 +331,8 @@ def cmd_run(args) -> dict:
             outputs.append((args.calibrate_out, json.dumps(calibrated.to_dict(), indent=1)))
         if args.calibrate_platform_out:
             on_graph = Problem(calibrated, platform, problem.objective) if calibrated is not None and problem else None
-            data = calibrated_platform(report, platform, plan=plan, problem=on_graph).to_dict()
-            import yaml
-            text = (yaml.safe_dump(data, sort_keys=False) if Path(args.calibrate_platform_out).suffix in (".yaml", ".yml")
-                    else json.dumps(data, indent=1))
-            outputs.append((args.calibrate_platform_out, text))
+            outputs.append((args.calibrate_platform_out, platform_text(
+                args.calibrate_platform_out, calibrated_platform(report, platform, plan=plan, problem=on_graph))))
     compared = ({"single_device": single.assignments[0].device, "single_predicted_s": single_report.predicted_s,
                  "single_measured_s": single_report.measured_s, "single_outputs_match": single_report.outputs_match,
                  "speedup": single_report.measured_s / report.measured_s} if single is not None else {})

@@ -11,14 +11,12 @@ from ..graph import write_files_atomic
 from ..io import DEFAULT_PLATFORM, load_input
 from ..platform import Platform
 from ..problem import Objective, Problem
-from ._commands import _progress
+from ._commands import _check_folders, _progress, platform_text
 
 
 def cmd_tune(args) -> dict:
     from ..runtime import model_source, tune
-    for path in (args.out, args.graph_out, args.platform_out):
-        if path and not Path(path).resolve().parent.is_dir():
-            raise InputError(f"cannot write {path}: its folder does not exist")
+    _check_folders([args.out, args.graph_out, args.platform_out])
     if args.platform_out and Path(args.platform_out).suffix not in (".yaml", ".yml", ".json"):
         raise InputError(f"--platform-out {args.platform_out}: give a .yaml, .yml or .json file")
     if args.rounds < 1:
@@ -36,9 +34,6 @@ def cmd_tune(args) -> dict:
     if args.graph_out:
         outputs.append((args.graph_out, json.dumps(best.graph.to_dict(), indent=1)))
     if args.platform_out:
-        import yaml
-        data = best.platform.to_dict()
-        outputs.append((args.platform_out, json.dumps(data, indent=1) if args.platform_out.endswith(".json")
-                        else yaml.safe_dump(data, sort_keys=False)))
+        outputs.append((args.platform_out, platform_text(args.platform_out, best.platform)))
     write_files_atomic(outputs)
     return {**report.to_dict(), "solver": args.solver, "written": [p for p, _ in outputs]}

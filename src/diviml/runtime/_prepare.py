@@ -87,7 +87,6 @@ class _Prepared:
     comm: Comm | None
     used: list
     rank_of: dict
-    rank: int
     world: int
 
 
@@ -123,7 +122,7 @@ def _prepare(source: ModelSource | str, plan: Plan, platform, problem, batch: in
                         threads, {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs},
                         comm=comm, local=local)
     return _Prepared(source, plan, platform, problem, batch, program, meta, reference, tolerance, eager, executor,
-                     comm, used, rank_of, rank, world)
+                     comm, used, rank_of, world)
 
 
 def _program(source: ModelSource, plan: Plan, problem, batch: int, split: bool):
