@@ -21,6 +21,7 @@ benchmarks/results/edge_cases.md; the defects, if any, are listed below it with 
 
     python benchmarks/edge_cases.py                 # the committed table (about 10 minutes)
     python benchmarks/edge_cases.py --problems 10 --families pipeline
+    python benchmarks/edge_cases.py --first-seed 1000     # new problems of the same families
 """
 
 from __future__ import annotations
@@ -184,12 +185,12 @@ def defects(p: Problem, solver: str, optimum: float | None) -> tuple[str, list[s
     return "plan", out
 
 
-def run(family: str, problems: int) -> tuple[list[str], list[str]]:
-    """Table rows (one per solver) and the defects found, with their seeds."""
+def run(family: str, problems: int, first_seed: int = 0) -> tuple[list[str], list[str]]:
+    """Table rows (one per solver) and the defects found, with their seeds (``first_seed`` onwards)."""
     counts: dict[str, dict[str, int]] = {}
     drawn: dict[str, int] = {}
     found = []
-    for seed in range(problems // LARGE_SHARE if family == "large" else problems):
+    for seed in range(first_seed, first_seed + (problems // LARGE_SHARE if family == "large" else problems)):
         p = problem(family, seed)
         if p is None:
             continue
@@ -209,15 +210,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=60, help="seeds per family (default 60)")
     parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
+    parser.add_argument("--first-seed", type=int, default=0, help="draw seeds from here on (default 0): new "
+                        "problems of the same families")
     args = parser.parse_args()
     lines = ["| family | solver | problems | plans | refusals | defects |", "|---|---|---|---|---|---|"]
     found: list[str] = []
     for family in args.families:
-        rows, bad = run(family, args.problems)
+        rows, bad = run(family, args.problems, args.first_seed)
         lines += rows
         found += bad
         print("\n".join(rows), flush=True)
-    command = "python benchmarks/edge_cases.py" + (f" --problems {args.problems}" if args.problems != 60 else "")
+    command = "python benchmarks/edge_cases.py" + (f" --problems {args.problems}" if args.problems != 60 else "") \
+        + (f" --first-seed {args.first_seed}" if args.first_seed else "")
     text = "\n".join(["# Every solver at the edges of the model", "", f"`{command}`", "", *lines, "",
                       f"Each solve given {LIMIT_S:g} s on this 2-core machine. Refusals are diviml's own one-line "
                       "errors (memory, a solver's scope). Defects: " + ("none." if not found else ""), *found, ""])

@@ -217,7 +217,8 @@ def solve(problem, solver: str = "heft", *, time_limit: float = 60.0, seed: int 
     return plan
 
 
-PROVEN_GAP = 1e-5  # a plan within 0.001% of its proven bound is "optimal" (MILP solvers use 1e-4)
+PROVEN_GAP = 2e-6  # a plan within 0.0002% of its proven bound is "optimal": twice the margin the LP bounds keep below
+# their optimum (1e-6, for HiGHS's tolerances), so a plan at an LP bound is proven and one a hair above it is not
 ROUNDING_GAP = 1e-4  # a solver's own "optimal" stands within this gap (its model's rounding of times)
 LIMIT_REACHED = 0.9  # a solve that ran this share of its time limit or more 'reached' it
 
