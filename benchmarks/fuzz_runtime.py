@@ -9,6 +9,7 @@ error) is a finding. Prints each outcome, then a table of counts written to benc
 
     python benchmarks/fuzz_runtime.py                                  # every model below, 3 seeds
     python benchmarks/fuzz_runtime.py --models gpt-tiny resnet18 --seeds 10
+    python benchmarks/fuzz_runtime.py --first-seed 100                 # plans not drawn before
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def outcome(name: str, problem: Problem, parts: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=MODELS)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per model (default 3)")
+    parser.add_argument("--first-seed", type=int, default=0, help="draw seeds from here on (default 0)")
     args = parser.parse_args()
     counts: Counter = Counter()
     for name in args.models:
@@ -76,7 +78,7 @@ def main() -> None:
         problems = [Problem(profile_zoo(name, repeats=1, min_time_s=0.0), PLATFORM, Objective("latency")),
                     Problem(profile_zoo(name, batches=tuple(range(1, BATCH + 1)), repeats=1, min_time_s=0.0),
                             PLATFORM, Objective("batch", BATCH))]
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             rng = random.Random(seed)
             for problem in problems:
                 style, parts = random_parts(rng, problem)
@@ -86,7 +88,7 @@ def main() -> None:
         print(f"{name}: {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
     lines = ["# Fuzzing the runtime: random plans run over cpu-workers-2", "",
              f"`python {' '.join(sys.argv)}`: {len(args.models)} models ({', '.join(args.models)}), {args.seeds} "
-             "seeds, a random latency plan and a random batch-4 plan each.", "", "| outcome | plans |", "|---|---|"]
+             f"seeds from {args.first_seed}, a random latency plan and a random batch-4 plan each.", "", "| outcome | plans |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in counts.most_common()]
     text = "\n".join(lines) + "\n"
     print(text)
