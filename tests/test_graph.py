@@ -32,7 +32,7 @@ def test_bad_edges_are_rejected(edges, message):
 
 @pytest.mark.parametrize("value", [-1.0, math.nan, math.inf])
 def test_negative_nan_or_infinite_costs_are_rejected(value):
-    with pytest.raises(InputError, match="negative, infinite or NaN"):
+    with pytest.raises(InputError, match="negative, infinite, NaN or too large"):
         graph({"a": ({"cpu": value}, 0)}, [])
 
 
@@ -135,9 +135,20 @@ def _first_time(value) -> dict:
     return data
 
 
+def _first_batch_table(size, value) -> dict:
+    """The first task with a batch table entry ``size: value`` on each of its device types."""
+    data = _layered40()
+    data["tasks"][0]["time_by_batch"] = {k: {size: value} for k in data["tasks"][0]["time"]}
+    return data
+
+
 @pytest.mark.parametrize("data, says", [
     (_first_time(10 ** 320), "digits is beyond"),          # an integer no float holds
     (_first_time(1e308), r"beyond 1e\+100"),                # sums of such costs overflow
+    (_first_batch_table("8", 1e308), r"beyond 1e\+100"),     # a batch table's times too (an LP bound overflowed)
+    (_first_batch_table("8", True), "expected a number"),
+    (_first_batch_table("0", 1.0), "batch size must be a whole number >= 1"),
+    (_first_batch_table("eight", 1.0), "malformed"),
     (_with(tasks=None), "'tasks' and 'edges' lists"),
     (_with(tasks=5), "'tasks' and 'edges' lists"),
     ({"tasks": [], "edges": []}, "no tasks"),

@@ -146,9 +146,9 @@ class TaskGraph:
             fields += [(name, v) for name, v in (("transfer_time", t.transfer_time), ("flops", t.flops),
                                                  ("bytes_accessed", t.bytes_accessed)) if v is not None]
             for name, v in fields:
-                if not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or math.isinf(v):
-                    raise InputError(f"task {t.id!r}: {name} is {v!r}, a negative, infinite or NaN value: "
-                                     "it must be a finite number >= 0")
+                if not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or math.isinf(v) or v > LARGEST:
+                    raise InputError(f"task {t.id!r}: {name} is {v!r}, a negative, infinite, NaN or too large "
+                                     f"value: it must be a number from 0 to {LARGEST:g}")
             if t.allowed_types is not None and not any(t.can_run_on(d) for d in t.time):
                 raise InputError(f"task {t.id!r} may run on {sorted(t.allowed_types)} but has times only "
                                  f"for {sorted(t.time)}: give it a time on an allowed device type")
@@ -218,7 +218,8 @@ class TaskGraph:
         tasks = []
         for i, d in enumerate(data["tasks"]):
             try:
-                tbb = {k: {int(b): float(v) for b, v in tb.items()} for k, tb in d.get("time_by_batch", {}).items()}
+                tbb = {str(k): {_batch_size(b): _num(v) for b, v in tb.items()}
+                       for k, tb in d.get("time_by_batch", {}).items()}
                 allowed = d.get("allowed_types")
                 tasks.append(Task(
                     id=str(d["id"]), kind=str(d.get("kind", "op")),
@@ -312,6 +313,14 @@ def whole_number(v, what: str, low: int = 1, high: int = 10 ** 6) -> int:
     if not low <= v <= high:
         raise InputError(f"{what} must be between {low} and {high}, got {v!r}")
     return int(v)
+
+
+def _batch_size(key) -> int:
+    """A batch size keying a task's ``time_by_batch`` table (JSON keys are strings: "8"), else ValueError."""
+    size = int(key) if isinstance(key, str) else key
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"a time_by_batch batch size must be a whole number >= 1, got {key!r}")
+    return size
 
 
 def _opt(v) -> float | None:

@@ -92,6 +92,28 @@ def test_a_split_that_leaves_nodes_out_is_rejected(data_dir):
         neurips2020.split_to_placement({"fpgas": [{"nodes": [1]}]}, problem.graph, problem.platform)
 
 
+def _mutated(data_dir, change):
+    data = json.loads((data_dir / "latency-inputs" / "OperatorGraphs" / "bert_l-3_inference.json").read_text())
+    change(data)
+    return data
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d.update(maxFPGAs=10 ** 9), "maxFPGAs must be between 0 and 1024"),  # once built a billion devices
+    (lambda d: d.update(maxCPUs=2.5), "maxCPUs must be a whole number"),
+    (lambda d: d.update(maxSizePerFPGA="big"), "maxSizePerFPGA: expected a number"),
+    (lambda d: d["nodes"][0].update(cpuLatency=1e308), r"beyond 1e\+100"),  # once overflowed a sum of times
+    (lambda d: d["edges"][0].update(cost=1e308), r"beyond 1e\+100"),
+    (lambda d: d["nodes"][0].update(fpgaLatency=True), "expected a number, got True"),
+    (lambda d: d["nodes"][0].update(size=[1]), "expected a number"),
+])
+def test_a_malformed_scenario_is_one_clear_error(data_dir, change, says):
+    data = _mutated(data_dir, change)
+    with pytest.raises(InputError, match=says):
+        neurips2020.graph_from_scenario(data)
+        neurips2020.platform_from_scenario(data)
+
+
 def test_plans_export_back_to_the_split_format_and_reimport(data_dir):
     problem = _problem(data_dir, "LayerGraphs/bert24_inference.json")
     plan = diviml.solve(problem, "greedy", time_limit=10)

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import InputError
-from ..graph import Task, TaskGraph, read_json
+from ..graph import Task, TaskGraph, read_json, whole_number
+from ..graph import _num as _json_num
 from ..plan import Plan
-from ..platform import Device, Link, Platform
+from ..platform import MAX_COUNT, Device, Link, Platform
 
 CPU = "cpu"
 ACCELERATOR = "accelerator"
@@ -44,19 +45,19 @@ def graph_from_scenario(data: Mapping, name: str = "scenario") -> TaskGraph:
         edges = []
         for e in data["edges"]:
             a, b = node_id(e["sourceId"]), node_id(e["destId"])
-            cost = float(e["cost"])
+            cost = _json_num(e["cost"])
             transfer[a] = max(transfer.get(a, 0.0), cost)
             edges.append((a, b))
         tasks = []
         for n in data["nodes"]:
             i = node_id(n["id"])
             on_acc = bool(n.get("supportedOnFpga", True))
-            time = {CPU: float(n["cpuLatency"])}
+            time = {CPU: _json_num(n["cpuLatency"])}
             if on_acc:
-                time[ACCELERATOR] = float(n["fpgaLatency"])
+                time[ACCELERATOR] = _json_num(n["fpgaLatency"])
             colour = n.get("colorClass")
             tasks.append(Task(
-                id=i, kind=str(n.get("name", "node")), time=time, memory_bytes=float(n.get("size", 0.0)),
+                id=i, kind=str(n.get("name", "node")), time=time, memory_bytes=_json_num(n.get("size", 0.0)),
                 transfer_time=transfer.get(i, 0.0), colocation=None if colour is None else f"color{colour}",
                 phase="backward" if n.get("isBackwardNode") else "forward",
                 module=str(n["layerId"]) if n.get("layerId") is not None else None))
@@ -68,10 +69,16 @@ def graph_from_scenario(data: Mapping, name: str = "scenario") -> TaskGraph:
 def platform_from_scenario(data: Mapping, *, accelerators: int | None = None, cpus: int | None = None,
                            memory: float | None = None) -> Platform:
     """k identical accelerators (memory limit, staged through host) and l host CPU cores."""
-    k = int(data["maxFPGAs"]) if accelerators is None else accelerators
-    l = int(data["maxCPUs"]) if cpus is None else cpus
-    mem = float(data.get("maxSizePerFPGA", math.inf)) if memory is None else memory
-    if k < 0 or l < 0 or k + l == 0:
+    try:
+        k = whole_number(data["maxFPGAs"] if accelerators is None else accelerators, "maxFPGAs", 0, MAX_COUNT)
+        l = whole_number(data["maxCPUs"] if cpus is None else cpus, "maxCPUs", 0, MAX_COUNT)
+        mem = memory if memory is not None else (
+            _json_num(data["maxSizePerFPGA"]) if "maxSizePerFPGA" in data else math.inf)
+    except KeyError as exc:
+        raise InputError(f"malformed NeurIPS 2020 scenario: no {exc}") from None
+    except ValueError as exc:
+        raise InputError(f"malformed NeurIPS 2020 scenario: maxSizePerFPGA: {exc}") from None
+    if k + l == 0:
         raise InputError(f"the scenario needs at least one device (got {k} accelerators, {l} CPUs)")
     # the link is never used for time (every task carries transfer_time); it marks a non-host device
     link = Link(bandwidth=1.0, latency=0.0)
