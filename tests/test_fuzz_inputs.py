@@ -1,5 +1,5 @@
-"""Seeded mutations of the shipped example graph and preset: each one loads, schedules and validates, or is
-refused with diviml's own error; never another exception."""
+"""Seeded mutations of the shipped example graph and preset, and of a plan for them: each one loads, schedules
+and validates, or is refused with diviml's own error; never another exception."""
 
 import copy
 import json
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import diviml
-from diviml import DivimlError, Objective, Platform, Problem, TaskGraph
+from diviml import DivimlError, Objective, Plan, Platform, Problem, TaskGraph
 
 EXAMPLE = json.loads((Path(__file__).parent.parent / "examples" / "layered40.json").read_text())
 PRESET = yaml.safe_load((resources.files("diviml") / "presets" / "paper-server.yaml").read_text())
@@ -64,3 +64,21 @@ def test_a_mutated_graph_or_platform_is_scheduled_or_refused_with_a_clear_error(
         assert str(exc) and "\n" not in str(exc)  # one line for the CLI
         return
     assert diviml.validate(plan, problem).ok
+
+
+@pytest.fixture(scope="module")
+def batch_plan():
+    problem = Problem(TaskGraph.from_dict(EXAMPLE), Platform.from_dict(PRESET), Objective("batch", 4))
+    return problem, diviml.solve(problem, "data-parallel", time_limit=5).to_dict()
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_a_mutated_plan_is_validated_or_refused_with_a_clear_error(seed, batch_plan):
+    # starts and batch sizes of the wrong type once crashed the validator (TypeError), a huge objective the loader
+    problem, data = batch_plan
+    try:
+        report = diviml.validate(Plan.from_dict(mutated(data, random.Random(seed))), problem)
+    except DivimlError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert str(report)

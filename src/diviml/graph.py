@@ -148,7 +148,7 @@ class TaskGraph:
             for name, v in fields:
                 if not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or math.isinf(v) or v > LARGEST:
                     raise InputError(f"task {t.id!r}: {name} is {v!r}, a negative, infinite, NaN or too large "
-                                     f"value: it must be a number from 0 to {LARGEST:g}")
+                                     f"value: it must be a finite number >= 0, at most {LARGEST:g}")
             if t.allowed_types is not None and not any(t.can_run_on(d) for d in t.time):
                 raise InputError(f"task {t.id!r} may run on {sorted(t.allowed_types)} but has times only "
                                  f"for {sorted(t.time)}: give it a time on an allowed device type")

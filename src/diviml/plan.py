@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .errors import InputError
-from .graph import read_json, write_text_atomic
+from .graph import read_json, whole_number, write_text_atomic
 
 SCHEMA = "diviml.plan/1"
 STATUSES = ("optimal", "feasible", "timeout", "infeasible")
@@ -113,14 +113,15 @@ class Plan:
         try:
             return Plan(
                 objective_kind=str(d["objective_kind"]),
-                assignments=tuple(Assignment(str(a["task"]), str(a["device"]), a.get("start"), a.get("batch"))
-                                  for a in d["assignments"]),
-                objective=float(d["objective"]), bound=float(d["bound"]), status=str(d["status"]),
-                solver=str(d["solver"]), solve_time_s=float(d.get("solve_time_s", 0.0)),
-                time_unit=str(d.get("time_unit", "s")), batch_size=int(d.get("batch_size", 1)),
-                notes=tuple(d.get("notes", ())), stats=dict(d.get("stats", {})),
+                assignments=tuple(_assignment(a) for a in d["assignments"]),
+                objective=_value(d["objective"], "objective"), bound=_value(d["bound"], "bound"),
+                status=str(d["status"]), solver=str(d["solver"]),
+                solve_time_s=_value(d.get("solve_time_s", 0.0), "solve_time_s"),
+                time_unit=str(d.get("time_unit", "s")),
+                batch_size=whole_number(d.get("batch_size", 1), "the plan's batch_size"),
+                notes=tuple(map(str, d.get("notes", ()))), stats=dict(d.get("stats", {})),
                 bound_source=str(d.get("bound_source", "")))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise InputError(f"malformed plan ({exc.__class__.__name__}: {exc})") from None
 
     def save(self, path: str | Path) -> None:
@@ -129,3 +130,18 @@ class Plan:
     @staticmethod
     def load(path: str | Path) -> "Plan":
         return Plan.from_dict(read_json(path))
+
+
+def _value(v, what: str, finite: bool = False) -> float:
+    """A number of a plan file (an objective may be infinite: nothing placed), else ValueError."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(float(v)) or (
+            finite and math.isinf(float(v))):
+        raise ValueError(f"{what} must be a {'finite ' if finite else ''}number, got {v!r}")
+    return float(v)
+
+
+def _assignment(a: Mapping) -> Assignment:
+    """One assignment of a plan file: its start a finite number where given, its batch a whole number >= 1."""
+    start, batch = a.get("start"), a.get("batch")
+    return Assignment(str(a["task"]), str(a["device"]), None if start is None else _value(start, "a start", True),
+                      None if batch is None else whole_number(batch, f"the batch of a part of {a['task']!r}"))
