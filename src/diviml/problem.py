@@ -11,6 +11,9 @@ from .graph import TaskGraph
 from .platform import Platform
 
 OBJECTIVES = ("latency", "batch", "pipeline", "call-latency")
+# the most requests a batch objective takes: the bounds price every part size up to the batch, so a batch of a
+# billion ran past any time limit (exact on a 40-task graph: 4 s at 4096 with a 3 s limit, 6 s at 16384)
+MAX_BATCH = 4096
 TRAINING_OBJECTIVES = ("pipedream", "gpipe")
 
 
@@ -46,6 +49,9 @@ class Objective:
             raise InputError(f"calls per accelerator must be >= 1, got {self.max_calls}")
         if self.batch_size is not None and self.batch_size < 1:
             raise InputError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.batch_size is not None and self.batch_size > MAX_BATCH:
+            raise InputError(f"batch size must be at most {MAX_BATCH}, got {self.batch_size}: schedule a batch of "
+                             f"{MAX_BATCH} or fewer and run it as many times as needed")
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,9 @@ class Problem:
 
     def __post_init__(self):
         self.graph.check_device_types(self.platform.device_types)
+        if self.objective.kind == "batch" and self.batch_size > MAX_BATCH:  # the graph's own batch, by default
+            raise InputError(f"the batch objective takes at most {MAX_BATCH} requests, and this graph's batch size "
+                             f"is {self.graph.batch_size}: give --batch {MAX_BATCH} or fewer")
         self._check_memory_and_colocation()
 
     @cached_property
