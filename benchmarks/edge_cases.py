@@ -11,8 +11,9 @@ two GPUs on a peer link; two servers of different GPUs) and runs every solver th
 - ``training``: each task with a backward twin, co-located, PipeDream or GPipe (brute force over the pairs);
 - ``training-latency``: the same graphs, latency (reference: exact's proven optimum; where tasks that take
   no time once waited for long ones in exact's device order);
-- ``large``: 30-200 tasks (:mod:`diviml.generators`) on a preset of 3-26 devices, latency, batch or pipeline:
-  no reference, validity and the time limit (where model building once ran minutes over it).
+- ``large``: 30-200 tasks (:mod:`diviml.generators`) on a preset of 3-26 devices, latency, batch (4, 40 or the
+  most, 4,096 requests) or pipeline: no reference, validity and the time limit (where model building once ran
+  minutes over it, and the bounds and the validator, pricing every part size, twice the limit at 4,096).
 
 A *defect* is a crash (any exception but diviml's own), a refusal that calls the solver's own plan invalid,
 a plan the validator rejects, an objective below the reference, a bound above it, an ``optimal`` status
@@ -37,6 +38,7 @@ import diviml
 from diviml import Device, Link, Objective, Platform, Problem, Task, TaskGraph
 from diviml.errors import DivimlError, ValidationError
 from diviml.generators import layered_dag, random_dag
+from diviml.problem import MAX_BATCH
 from diviml.simulate import call_latency, pipeline_loads
 from diviml.solvers import REGISTRY
 from diviml.validate import contiguity_violations, validate
@@ -91,7 +93,8 @@ def large(rng: random.Random) -> Problem:
     platform = diviml.preset(rng.choice(["paper-server", "six-servers", "a100-ib-2x8", "h100-nvlink-8"]))
     types = tuple(sorted({d.type for d in platform.devices}, key=lambda t: t != "cpu"))
     graph = rng.choice([layered_dag, random_dag])(rng.choice([30, 80, 200]), seed=rng.randrange(1000), device_types=types)
-    objective = rng.choice([Objective("latency"), Objective("batch", 4), Objective("pipeline", contiguous=rng.random() < 0.3)])
+    batch = Objective("batch", rng.choice([4, 40, MAX_BATCH]))
+    objective = rng.choice([Objective("latency"), batch, Objective("pipeline", contiguous=rng.random() < 0.3)])
     return Problem(graph, platform, objective)
 
 

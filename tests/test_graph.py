@@ -1,10 +1,11 @@
 import math
+import random
 
 import pytest
 from conftest import graph
 
 from diviml import InputError, Objective, Platform, Problem, Task, TaskGraph
-from diviml.graph import time_at_batch
+from diviml.batch_table import pricing_sizes, time_at_batch
 
 
 def test_json_round_trip_keeps_every_field(tmp_path):
@@ -168,3 +169,21 @@ def test_a_graph_file_nested_too_deeply_is_refused(tmp_path):
     path.write_text('{"tasks": ' + "[" * 100_000 + "]" * 100_000 + ', "edges": []}')
     with pytest.raises(InputError, match="nested too deeply"):
         TaskGraph.load(path)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_tasks_least_time_and_time_per_sample_over_a_range_lie_at_its_pricing_sizes(seed):
+    """The bounds price a batch of thousands at these few sizes: they must find what every size would."""
+    rng = random.Random(seed)
+    sizes = rng.sample(range(1, 200), rng.randint(0, 5))
+    task = Task("t", {"gpu": rng.uniform(0.1, 5)},
+                time_by_batch={"gpu": {b: rng.uniform(0.1, 50) for b in sizes}})  # not monotone: any table
+    base = rng.choice([1, 2, 8])
+    lo = rng.randint(1, 120)
+    hi = rng.randint(lo, 300)
+    every = range(lo, hi + 1)
+    few = pricing_sizes(task, "gpu", base, lo, hi)
+    assert set(few) <= set(every) and {lo, hi} <= set(few)
+    time = {b: time_at_batch(task, "gpu", b, base)[0] for b in every}
+    assert min(time[b] for b in few) == pytest.approx(min(time.values()), rel=1e-12)
+    assert min(time[b] / b for b in few) == pytest.approx(min(time[b] / b for b in every), rel=1e-12)

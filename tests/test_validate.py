@@ -99,3 +99,15 @@ def test_a_task_on_a_forbidden_device_type_is_caught():
     p = Problem(g, two_device_platform(), Objective())
     plan = diviml.Plan("latency", (Assignment("a", "P2", 0.0),), 1.0, 0.0, "feasible", "hand")
     assert any("may not run on 'P2'" in v for v in validate(plan, p).violations)
+
+
+def test_a_part_deep_in_a_streamed_batch_that_starts_before_its_input_is_caught():
+    """64 parts a task: the part of sample 40 of d moved before its input's part of sample 40 arrives."""
+    p = _problem("batch", batch_size=64)
+    plan = diviml.solve(p, "streamed", time_limit=5)
+    parts_of_d = [i for i, a in enumerate(plan.assignments) if a.task == "d"]
+    assert len(parts_of_d) == 64 and validate(plan, p).ok
+    moved = list(plan.assignments)
+    moved[parts_of_d[40]] = replace(moved[parts_of_d[40]], start=plan.assignments[parts_of_d[39]].start)
+    violations = validate(replace(plan, assignments=tuple(moved)), p).violations
+    assert any("task 'd'" in v and "before its input" in v for v in violations)

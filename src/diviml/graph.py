@@ -28,6 +28,7 @@ from typing import Callable, Hashable, Iterable, Mapping, Sequence, TypeVar
 
 import networkx as nx
 
+from .batch_table import time_at_batch
 from .errors import InputError
 
 SCHEMA = "diviml.graph/1"
@@ -266,29 +267,6 @@ def longest_paths(order: Iterable[Node], predecessors: Callable[[Node], Iterable
             ready = max(ready, length[u] + edge(u, v) if edge else length[u])
         length[v] = cost(v) + ready
     return length
-
-
-def time_at_batch(task: Task, device_type: str, batch: int, base_batch: int) -> tuple[float, bool]:
-    """(time, interpolated?) of ``task`` on ``device_type`` for ``batch`` samples.
-
-    Uses the batch table where it has the size; otherwise interpolates linearly between the two nearest
-    sizes (the base time counts as a table entry), or extrapolates proportionally beyond the largest.
-    """
-    table = dict(task.time_by_batch.get(device_type, {}))
-    table.setdefault(base_batch, task.time[device_type])
-    if batch in table:
-        return table[batch], False
-    sizes = sorted(table)
-    lower = [s for s in sizes if s < batch]
-    upper = [s for s in sizes if s > batch]
-    if lower and upper:
-        a, b = lower[-1], upper[0]
-        return table[a] + (table[b] - table[a]) * (batch - a) / (b - a), True
-    if lower:
-        a = lower[-1]
-        return table[a] * batch / a, True
-    b = upper[0]
-    return table[b] * batch / b, True
 
 
 # No time, size or rate of a real model or machine comes near this; beyond it, sums of costs overflow.

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from .batch_table import pricing_sizes
 from .errors import InfeasibleError, InputError
 from .graph import TaskGraph
 from .platform import Platform
@@ -153,6 +154,12 @@ class Problem:
     def stage_order(self) -> "StageOrder":
         """The graph a contiguous pipeline split must be convex in (see :class:`StageOrder`)."""
         return StageOrder.of(self)
+
+    def pricing_sizes(self, task_id: str, device: str, lo: int = 1, hi: int | None = None) -> tuple[int, ...]:
+        """The part sizes in ``lo..hi`` (default: up to the batch) where ``task_id``'s least time on ``device``
+        over that range, and its least time per sample, lie (see :func:`~diviml.batch_table.pricing_sizes`)."""
+        return pricing_sizes(self.graph.by_id[task_id], self.platform.by_name[device].type, self.graph.batch_size,
+                             lo, self.batch_size if hi is None else hi)
 
     def time(self, task_id: str, device: str, batch: int | None = None) -> float:
         key = (task_id, self.platform.by_name[device].type, batch)  # devices of one type share their times

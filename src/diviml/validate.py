@@ -142,22 +142,18 @@ def _check_schedule(plan: Plan, problem: Problem, v: list[str]) -> float | None:
     jobs: dict[str, list[tuple[str, int, int, float, float]]] = {}  # task -> (dev, lo, hi, start, finish)
     for a in plan.assignments:
         b = a.batch or plan.batch_size
-        lo = sum(x[2] - x[1] for x in jobs.get(a.task, []))
+        lo = jobs[a.task][-1][2] if a.task in jobs else 0  # a task's parts take the batch's rows in turn
         finish = a.start + problem.time(a.task, a.device, b)
         if a.start < -ABS_TOL:
             v.append(f"task {a.task!r} starts before time 0")
         jobs.setdefault(a.task, []).append((a.device, lo, lo + b, a.start, finish))
     for t in graph.tasks:
-        for dev, lo, hi, start, _ in jobs[t.id]:
-            for u in graph.predecessors[t.id]:
-                for udev, ulo, uhi, _, ufinish in jobs[u]:
-                    overlap = min(hi, uhi) - max(lo, ulo)
-                    if overlap <= 0:
-                        continue
-                    arrival = ufinish + platform.transfer_time(graph.by_id[u], udev, dev, overlap / graph.batch_size)
-                    if not _close_or_below(arrival, start):
-                        v.append(f"task {t.id!r} on {dev} starts at {start:.9g} before its input from {u!r} "
-                                 f"arrives at {arrival:.9g}")
+        for u in graph.predecessors[t.id]:
+            for (dev, _, _, start, _), (udev, _, _, _, ufinish), overlap in _sharing_rows(jobs[t.id], jobs[u]):
+                arrival = ufinish + platform.transfer_time(graph.by_id[u], udev, dev, overlap / graph.batch_size)
+                if not _close_or_below(arrival, start):
+                    v.append(f"task {t.id!r} on {dev} starts at {start:.9g} before its input from {u!r} "
+                             f"arrives at {arrival:.9g}")
     per_device: dict[str, list[tuple[float, float, str]]] = {}
     for t, js in jobs.items():
         for dev, _, _, start, finish in js:
@@ -168,6 +164,23 @@ def _check_schedule(plan: Plan, problem: Problem, v: list[str]) -> float | None:
             if not _close_or_below(f1, s2):
                 v.append(f"tasks {t1!r} and {t2!r} overlap on {dev}")
     return max(f for js in jobs.values() for *_, f in js)
+
+
+def _sharing_rows(parts: list[tuple], inputs: list[tuple]):
+    """(part, input part, rows shared) for every pair that shares rows of the batch: both lists hold
+    consecutive row ranges ``(.., lo, hi, ..)`` from 0, so one pass over each finds them all (a batch of
+    4,096 streamed one sample at a time is 4,096 parts a task, not 16 million pairs)."""
+    i = k = 0
+    while i < len(parts) and k < len(inputs):
+        lo, hi = parts[i][1], parts[i][2]
+        ulo, uhi = inputs[k][1], inputs[k][2]
+        overlap = min(hi, uhi) - max(lo, ulo)
+        if overlap > 0:
+            yield parts[i], inputs[k], overlap
+        if hi <= uhi:
+            i += 1
+        else:
+            k += 1
 
 
 def contiguity_violations(problem: Problem, placement: dict[str, str]) -> list[str]:

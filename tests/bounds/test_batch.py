@@ -3,6 +3,7 @@ parts on devices, every device order), and stronger than the simple bounds where
 
 import math
 import random
+from dataclasses import replace
 from itertools import permutations, product
 
 import pytest
@@ -10,7 +11,7 @@ from conftest import graph
 
 import diviml
 from diviml import Device, Link, Objective, Platform, Problem, Task, TaskGraph
-from diviml.bounds import batch_path_work_bound, critical_path_bound, lower_bound, work_bound
+from diviml.bounds import batch_path_work_bound, critical_path_bound, energetic_bound, lower_bound, work_bound
 from diviml.errors import ValidationError
 from diviml.generators import layered_dag
 from diviml.simulate import schedule
@@ -138,3 +139,28 @@ def test_one_requests_latency_bounds_a_batch_where_memory_spreads_the_model():
                       memory_bytes=1.0) for t in "ab"]
         return Problem(TaskGraph.create(tasks, [("a", "b")]), gpus, Objective("batch", batch_size=2))
     assert max(one_request_bounds(two_layers(3.0))) > 0 and one_request_bounds(two_layers(1.0)) == (0, 0)
+
+
+class _PricedAtEverySize(Problem):
+    """The same problem with every part size priced one by one, as the bounds are defined."""
+
+    def pricing_sizes(self, task_id, device, lo=1, hi=None):
+        return tuple(range(lo, (self.batch_size if hi is None else hi) + 1))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_batch_bounds_at_a_few_part_sizes_equal_those_at_every_size(seed):
+    """A batch of 40 (part sizes 17-32 and 33-40 priced as ranges) whose tables have a few sizes each:
+    pricing the sizes where a table bends gives every bound that pricing all 40 sizes gives."""
+    rng = random.Random(seed)
+    dag = layered_dag(8, seed=seed)
+    tasks = []
+    for t in dag.tasks:
+        tables = {k: {b: v * rng.uniform(0.6, 1.0) * max(1.0, b / rng.choice([4, 8, 16]))
+                      for b in rng.sample([2, 4, 8, 16, 24, 32, 64], 3)} for k, v in t.time.items()}
+        tasks.append(replace(t, time_by_batch=tables))
+    problem = Problem(TaskGraph.create(tasks, dag.edges), diviml.preset("paper-server"),
+                      Objective("batch", batch_size=40))
+    every = _PricedAtEverySize(problem.graph, problem.platform, problem.objective)
+    for bound in (critical_path_bound, work_bound, batch_path_work_bound, energetic_bound):
+        assert bound(problem) == pytest.approx(bound(every), rel=1e-9), bound.__name__

@@ -92,9 +92,10 @@ def batch_path_work_lp(problem: Problem, stop: float | None) -> tuple[_KeyedLP, 
             for r, (lo, hi) in enumerate(ranges):
                 key = ("u", t, d, r)
                 lp.col(key)
-                times = [problem.time(t, d, b) * unit for b in range(lo, hi + 1)]
+                sizes = problem.pricing_sizes(t, d, lo, hi)  # where the least time and time per sample lie
+                times = [problem.time(t, d, b) * unit for b in sizes]
                 path[t][key] = min(times) / n
-                work[d][key] = min(f / b for f, b in zip(times, range(lo, hi + 1)))
+                work[d][key] = min(f / b for f, b in zip(times, sizes))
         lp.col(("e", t))
     for u, v in graph.edges:
         lp.col(("delta", u, v))
@@ -182,4 +183,4 @@ def _slower_on_larger_parts(problem: Problem) -> bool:
     device it may run on."""
     return all(problem.time(t, d, b) >= problem.time(t, d, 1)
                for t in problem.graph.topological_order for d in one_per_type(problem, t).values()
-               for b in range(2, problem.batch_size + 1))
+               for b in problem.pricing_sizes(t, d, min(2, problem.batch_size)))

@@ -153,8 +153,7 @@ def _least_part(problem: Problem) -> Callable[[str, str], float]:
     quickest part of any size (batch)."""
     if problem.objective.kind != "batch":
         return problem.time
-    sizes = range(1, problem.batch_size + 1)
-    return lambda t, d: min(problem.time(t, d, b) for b in sizes)
+    return lambda t, d: min(problem.time(t, d, b) for b in problem.pricing_sizes(t, d))
 
 
 def _latency_jobs(problem: Problem) -> Jobs:
@@ -173,7 +172,8 @@ def _batch_jobs(problem: Problem) -> Jobs:
     for t in problem.graph.topological_order:
         for d in problem.allowed_devices[t]:
             for r, (lo, hi) in enumerate(size_ranges(n)):
-                jobs[d].append((("u", t, d, r), [(problem.time(t, d, b), b) for b in range(lo, hi + 1)]))
+                sizes = problem.pricing_sizes(t, d, lo, hi)  # a part's least time per sample lies at one of them
+                jobs[d].append((("u", t, d, r), [(problem.time(t, d, b), b) for b in sizes]))
     return jobs
 
 
@@ -197,7 +197,8 @@ def _energetic_rows(built: tuple[_KeyedLP, float], jobs: Jobs, head: dict, tail:
             left = np.minimum(r[:, None] + duration, makespan - b) - np.maximum(r, a)[:, None]
             right = np.minimum(makespan - q, makespan - b[:, :, 0])[:, :, None] \
                 - np.maximum(makespan - q[:, None] - duration, a)
-            inside = (np.maximum(0.0, np.minimum(left, right)) / size).min(axis=2)  # per sample, the least size's
+            per_sample = np.where(np.isfinite(size), np.maximum(0.0, np.minimum(left, right)) / size, np.inf)
+            inside = per_sample.min(axis=2)  # per sample, the least size's (padding is no size: never the least)
             for k in range(len(b)):
                 row, named = {}, {}
                 for i in np.flatnonzero(inside[k] > 0):
@@ -211,7 +212,8 @@ def _energetic_rows(built: tuple[_KeyedLP, float], jobs: Jobs, head: dict, tail:
 
 
 def _parts_table(entries) -> tuple[np.ndarray, np.ndarray]:
-    """Each entry's parts as rows of durations and sizes, padded with parts that never count (no size)."""
+    """Each entry's parts as rows of durations and sizes, padded with parts of no size (infinite), which the
+    rows leave out."""
     width = max(len(parts) for _, parts in entries)
     duration, size = np.zeros((len(entries), width)), np.full((len(entries), width), np.inf)
     for i, (_, parts) in enumerate(entries):

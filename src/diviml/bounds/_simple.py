@@ -41,7 +41,7 @@ def _unit_costs(problem: Problem) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for t in problem.graph.tasks:
         # batch: any part of b samples costs >= b * (best time per sample over sizes 1..n)
-        priced = {dt: n * min(problem.time(t.id, d, b) / b for b in range(1, n + 1)) if kind == "batch"
+        priced = {dt: n * min(problem.time(t.id, d, b) / b for b in problem.pricing_sizes(t.id, d)) if kind == "batch"
                   else problem.time(t.id, d) for dt, d in one_per_type(problem, t.id).items()}
         out[t.id] = {d: priced[by_name[d].type] for d in problem.allowed_devices[t.id]}
     memo["unit_costs"] = out
@@ -50,13 +50,12 @@ def _unit_costs(problem: Problem) -> dict[str, dict[str, float]]:
 
 def critical_path_bound(problem: Problem) -> float:
     graph = problem.graph
-    n = problem.batch_size
     cost = {}
     for t in graph.tasks:
         if problem.objective.kind == "batch":
             # a sample's path visits one part per task; a part of b >= 1 samples
             cost[t.id] = min(problem.time(t.id, d, b) for d in one_per_type(problem, t.id).values()
-                             for b in range(1, n + 1))
+                             for b in problem.pricing_sizes(t.id, d))
         else:
             cost[t.id] = min(problem.time(t.id, d) for d in problem.allowed_devices[t.id])
     if problem.objective.kind == "pipeline":
