@@ -32,7 +32,7 @@ def test_resnet50_at_batch_8_splits_5_on_the_a100_and_3_on_the_v100(resnet50_bat
     assert plan.objective < shares_value(p, (0, 4, 4)) * 0.95  # equal halves are clearly worse
 
 
-def test_the_exact_search_tries_speed_proportional_splits_and_never_returns_worse(resnet50_batch8):
+def test_the_exact_search_tries_the_balanced_split_and_never_returns_worse(resnet50_batch8):
     p = resnet50_batch8
     assert (5, 3) in batch_splits(p)
     exact = diviml.solve(p, "exact", time_limit=10)

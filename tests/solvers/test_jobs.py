@@ -1,10 +1,16 @@
-"""Job graphs: re-timing a placement and device order as early as possible."""
+"""Job graphs: re-timing a placement and device order as early as possible; the batch splits searched."""
+
+import itertools
+import random
+from dataclasses import replace
 
 import pytest
 from conftest import graph, two_device_platform
 
-from diviml import Problem
-from diviml.solvers.engines.jobs import JobGraph
+import diviml
+from diviml import Objective, Problem, Task, TaskGraph
+from diviml.generators import layered_dag
+from diviml.solvers.engines.jobs import JobGraph, balanced_shares, batch_splits, serial_time
 
 
 def problem():
@@ -48,3 +54,48 @@ def test_an_order_key_never_puts_a_job_before_its_producer():
     assert jobs.order(on_p1, key)["P1"] == [("b", 0), ("a", 0), ("c", 0)]
     start, _ = jobs.retime(on_p1, key)
     assert start[("c", 0)] == pytest.approx(4.0)
+
+
+def _tabled(n: int, seed: int):
+    """A layered DAG on paper-server whose tasks have batch tables at a few sizes (launch-bound or not)."""
+    rng = random.Random(seed)
+    dag = layered_dag(12, seed=seed)
+    tasks = [replace(t, time_by_batch={k: {b: v * max(1.0, b / rng.choice([1, 4, 16])) for b in rng.sample([2, 4, 8, 32], 2)}
+                                       for k, v in t.time.items()}) for t in dag.tasks]
+    return Problem(TaskGraph.create(tasks, dag.edges), diviml.preset("paper-server"), Objective("batch", batch_size=n))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_devices_serial_time_is_the_sum_of_its_task_times_at_every_batch_size(seed):
+    p = _tabled(40, seed)
+    for device in ("a100", "v100", "cpu"):
+        at = serial_time(p, device)
+        for b in range(1, 41):
+            assert at(b) == pytest.approx(sum(p.time(t, device, b) for t in p.graph.topological_order), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_balanced_shares_give_the_least_largest_time_of_any_shares(seed):
+    rng = random.Random(seed)
+    count, n = rng.randint(2, 3), rng.randint(3, 12)
+    steps = [[rng.choice([0.0, rng.uniform(0, 5)]) for _ in range(n)] for _ in range(count)]  # nondecreasing
+    serial = [lambda b, s=s, launch=launch: launch + sum(s[:b]) for s, launch in zip(steps, (10, 13, 7))]
+    shares = balanced_shares(serial, n)
+    assert sum(shares) == n and min(shares) >= 1
+
+    def largest(split):
+        return max(f(b) for f, b in zip(serial, split))
+    every = [s for s in itertools.product(range(1, n + 1), repeat=count) if sum(s) == n]
+    assert largest(shares) == pytest.approx(min(map(largest, every)))
+
+
+def test_launch_bound_gpus_share_a_batch_by_their_time_on_it_not_by_their_speed_at_the_whole_batch():
+    """Kernels that cost nearly the same at any batch: the A100 takes more than its speed ratio (about 1.05,
+    so 4/4) gives it, as many as keep it no slower than the V100 on the rest."""
+    tasks = [Task(f"t{i}", {"cpu": 50.0, "v100": 10.5, "a100": 10.0},
+                  time_by_batch={"cpu": {8: 400.0}, "v100": {8: 11.3}, "a100": {8: 10.8}}) for i in range(10)]
+    p = Problem(TaskGraph.create(tasks, [(f"t{i}", f"t{i + 1}") for i in range(9)]), diviml.preset("paper-server"),
+                Objective("batch", batch_size=8))
+    a100, v100 = serial_time(p, "a100"), serial_time(p, "v100")
+    best = min(range(1, 8), key=lambda a: max(a100(a), v100(8 - a)))
+    assert (best, 8 - best) in batch_splits(p) and best >= 6

@@ -20,7 +20,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ...problem import Problem
 
@@ -161,16 +161,59 @@ class JobGraph:
 def batch_splits(problem: Problem) -> list[tuple[int, ...]]:
     """The batch splits the exact and split solvers search: the whole batch for latency; for the batch
     objective, L = 1 .. K near-equal sub-batches (K devices, at most one sample each) and, for L = 2 .. K,
-    sub-batches proportional to the speeds of the L fastest devices (a fast and a slow GPU: 5/3 of 8)."""
+    the shares of the L fastest devices that balance the time each takes to run the whole graph on its share
+    (:func:`balanced_shares`). Proportional to speed where time is linear in the batch; where kernels are
+    launch-bound a share costs nearly as much as the whole batch, and the faster GPU takes more: mobilenet_v3_large
+    at batch 8 on paper-server, 5 on the A100 and 3 on the V100 (speeds at the full batch said 4/4)."""
     if problem.objective.kind != "batch":
         return [(problem.batch_size,)]
     n, k = problem.batch_size, len(problem.platform.devices)
     splits = [near_equal_split(n, parts) for parts in range(1, min(k, n) + 1)]
     devices = [d.name for d in problem.platform.devices]
-    fastest = sorted((v for v in speeds(problem, devices) if v > 0), reverse=True)
+    fastest = [d for v, d in sorted(zip(speeds(problem, devices), devices), key=lambda vd: -vd[0]) if v > 0]
+    serial: dict[str, Callable[[int], float]] = {}  # device type -> its serial time, shared by devices of a type
+    for d in fastest[:n]:
+        serial.setdefault(problem.platform.by_name[d].type, serial_time(problem, d))
     for parts in range(2, min(len(fastest), n) + 1):
-        splits.append(tuple(sorted(proportional(n, fastest[:parts]), reverse=True)))
+        chosen = [serial[problem.platform.by_name[d].type] for d in fastest[:parts]]
+        splits.append(tuple(sorted(balanced_shares(chosen, n), reverse=True)))
     return list(dict.fromkeys(s for s in splits if all(x > 0 for x in s)))
+
+
+def serial_time(problem: Problem, device: str) -> Callable[[int], float]:
+    """``b`` -> the time ``device`` takes to run every task of the graph on ``b`` samples, one after another.
+
+    Evaluated once at the sizes where some task's batch table bends (:meth:`Problem.pricing_sizes`) and
+    interpolated between them: every task's time is linear there, so the sum is exact at every size."""
+    tasks = problem.graph.topological_order
+    points = sorted({b for t in tasks for b in problem.pricing_sizes(t, device)})
+    values = [sum(problem.time(t, device, b) for t in tasks) for b in points]
+
+    def at(b: int) -> float:
+        i = bisect.bisect_left(points, b)
+        if points[i] == b:
+            return values[i]
+        (a, c), (fa, fc) = points[i - 1:i + 1], values[i - 1:i + 1]
+        return fa + (fc - fa) * (b - a) / (c - a)
+    return at
+
+
+def balanced_shares(serial: list[Callable[[int], float]], n: int) -> tuple[int, ...]:
+    """``n`` samples over devices whose ``serial`` times for ``b`` samples are given, one sample at least
+    each: every further sample goes where its device's time would be least (ties: the earlier device), so
+    that the largest is small.
+
+    >>> balanced_shares([lambda b: 10 + b, lambda b: 11 + 2 * b], 8)  # times 16 and 15 (5/3: 15 and 17)
+    (6, 2)
+    """
+    shares = [1] * len(serial)
+    heap = [(f(2), i) for i, f in enumerate(serial)]
+    heapq.heapify(heap)
+    for _ in range(n - len(serial)):
+        _, i = heapq.heappop(heap)
+        shares[i] += 1
+        heapq.heappush(heap, (serial[i](shares[i] + 1), i))
+    return tuple(shares)
 
 
 def near_equal_split(n: int, parts: int) -> tuple[int, ...]:
