@@ -173,7 +173,8 @@ def batch_splits(problem: Problem) -> list[tuple[int, ...]]:
     fastest = [d for v, d in sorted(zip(speeds(problem, devices), devices), key=lambda vd: -vd[0]) if v > 0]
     serial: dict[str, Callable[[int], float]] = {}  # device type -> its serial time, shared by devices of a type
     for d in fastest[:n]:
-        serial.setdefault(problem.platform.by_name[d].type, serial_time(problem, d))
+        if problem.platform.by_name[d].type not in serial:
+            serial[problem.platform.by_name[d].type] = serial_time(problem, d)
     for parts in range(2, min(len(fastest), n) + 1):
         chosen = [serial[problem.platform.by_name[d].type] for d in fastest[:parts]]
         splits.append(tuple(sorted(balanced_shares(chosen, n), reverse=True)))
