@@ -16,6 +16,7 @@ from diviml.solvers.engines.modules import detect
 from diviml.solvers.split import _worker as split_worker
 from diviml.solvers.split import repair_memory
 from diviml.solvers.split._chain import solve_chain
+from diviml.solvers.split._messages import Answer, Request
 from diviml.validate import validate
 
 
@@ -403,3 +404,18 @@ def test_the_bound_found_beside_the_join_is_the_whole_problem_s_where_a_baseline
     plan, bound, _ = split_worker.baselines_and_bound(20.0)
     assert plan is not None
     assert bound >= critical_path_bound(Problem(problem.graph, problem.platform, problem.objective)) * (1 - 1e-9)
+
+
+def test_a_module_solve_asked_after_its_joins_deadline_is_not_worked_out():
+    """Its join cannot finish in time, so no answer would be used: the worker answers at once (a batch of 4,096
+    on 26 devices ran 0.7 s past split's limit on solves queued behind the deadline)."""
+    problem = Problem(layered_dag(20, seed=1), diviml.preset("paper-server"), Objective("latency"))
+    previous = split_worker.init_worker(problem)
+    try:
+        tasks = problem.graph.topological_order
+        late = Request(tasks, (1,), {}, {}, None, budget=10.0, deadline=time.time() - 1.0, seed=0)
+        assert split_worker.solve_module(late) == Answer(None, None, "timeout")
+        due = replace(late, deadline=time.time() + 30.0)
+        assert split_worker.solve_module(due).device_of is not None
+    finally:
+        split_worker.init_worker(previous)

@@ -109,6 +109,9 @@ def join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, wat
                            memory_binds, look, result, bounds)
         if limit < module_time_limit and result.counts.optimal - before[0] < result.counts.solves - before[1]:
             result.share_bound = True
+        if not new_states and watch.expired:  # the solves asked after the deadline were not worked out
+            result.out_of_time = (i + 1, n)
+            return result
         if not new_states and memory_binds:
             # no state can hold this module: place the rest ignoring memory, and repair at the end
             memory_binds, result.repaired = False, True
