@@ -12,8 +12,8 @@ from .graph import TaskGraph
 from .platform import Platform
 
 OBJECTIVES = ("latency", "batch", "pipeline", "call-latency")
-# the most requests a batch objective takes: the bounds price every part size up to the batch, so a batch of a
-# billion ran past any time limit (exact on a 40-task graph: 4 s at 4096 with a 3 s limit, 6 s at 16384)
+# the most requests a batch objective takes: the largest batch every solver was timed at against its limit (resnet50
+# and googlenet on paper-server, a 200-task graph on six-servers); a batch of a billion once ran past any limit
 MAX_BATCH = 4096
 TRAINING_OBJECTIVES = ("pipedream", "gpipe")
 

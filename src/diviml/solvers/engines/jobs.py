@@ -169,15 +169,15 @@ def batch_splits(problem: Problem) -> list[tuple[int, ...]]:
         return [(problem.batch_size,)]
     n, k = problem.batch_size, len(problem.platform.devices)
     splits = [near_equal_split(n, parts) for parts in range(1, min(k, n) + 1)]
-    devices = [d.name for d in problem.platform.devices]
-    fastest = [d for v, d in sorted(zip(speeds(problem, devices), devices), key=lambda vd: -vd[0]) if v > 0]
+    type_of = {d.name: d.type for d in problem.platform.devices}
+    able = [d for d in type_of if all(d in problem.allowed_devices[t.id] for t in problem.graph.tasks)]
     serial: dict[str, Callable[[int], float]] = {}  # device type -> its serial time, shared by devices of a type
-    for d in fastest[:n]:
-        if problem.platform.by_name[d].type not in serial:
-            serial[problem.platform.by_name[d].type] = serial_time(problem, d)
+    for d in able:
+        if type_of[d] not in serial:
+            serial[type_of[d]] = serial_time(problem, d)
+    fastest = sorted(able, key=lambda d: serial[type_of[d]](n))  # quickest on the whole batch first (ties: in order)
     for parts in range(2, min(len(fastest), n) + 1):
-        chosen = [serial[problem.platform.by_name[d].type] for d in fastest[:parts]]
-        splits.append(tuple(sorted(balanced_shares(chosen, n), reverse=True)))
+        splits.append(tuple(sorted(balanced_shares([serial[type_of[d]] for d in fastest[:parts]], n), reverse=True)))
     return list(dict.fromkeys(s for s in splits if all(x > 0 for x in s)))
 
 
