@@ -76,3 +76,16 @@ def test_no_plan_without_a_server_of_two_accelerators_or_layers(platform):
     graph = attention_like(12) if platform is not None else attention_like(3)
     problem = Problem(graph, platform or servers(), Objective("latency"))
     assert server_layer_plan(problem, Stopwatch(5)) is None
+
+
+def test_a_servers_devices_hand_the_chain_of_layers_on_once_a_block_not_once_a_layer():
+    """The weights spread as evenly as layer by layer, but each device runs its layers' chain in one block:
+    an activation moved between two GPUs every layer costs a transfer a layer."""
+    problem = Problem(attention_like(16), servers(count=1, gpus=2, memory=60.0), Objective("latency"))
+    plan = server_layer_plan(problem, Stopwatch(20))
+    assert plan is not None and validate(plan, problem).ok
+    device_of = plan.placement
+    chain = [device_of[f"blocks.{i}.mlp"] for i in range(16)]
+    assert sum(a != b for a, b in zip(chain, chain[1:])) <= 1
+    gpus = [v for d, v in held(plan, problem).items() if "gpu" in d]
+    assert len(gpus) == 2 and max(gpus) - min(gpus) <= 7.0
