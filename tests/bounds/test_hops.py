@@ -125,3 +125,37 @@ def _far_problem(seed: int) -> Problem:
 def test_with_the_network_between_kinds_it_never_exceeds_the_brute_force_optimum(seed):
     p = _far_problem(seed)
     assert hop_work_bound(p) <= _optimum(p) * (1 + 1e-9)
+
+
+def test_each_device_of_a_kind_pays_a_tensor_in_and_one_out():
+    # a -> b -> c -> d, 1 s each, on either of two identical GPUs only, tensors of 0.5 s a hop: the GPUs split
+    # the chain 2/2 and each pays one hop, T = 2.5; pooled as one kind without its hops inside, the LP said 2
+    tasks = [Task(name, {"gpu": 1.0}, output_bytes=0.5, allowed_types=frozenset({"gpu"})) for name in "abcd"]
+    link = Link(1.0, 0.0)
+    platform = Platform((Device("cpu", "cpu", 1e12, is_host=True), Device("g0", "gpu", 1e12, link=link),
+                         Device("g1", "gpu", 1e12, link=link)))
+    p = Problem(TaskGraph.create(tasks, [("a", "b"), ("b", "c"), ("c", "d")]), platform, Objective("pipeline"))
+    assert hop_work_bound(p) == pytest.approx(2.5, rel=1e-5) == _optimum(p)
+
+
+def _identical_gpus_problem(seed: int) -> Problem:
+    """A chain of 5-6 tasks with a side branch, tensors of mixed sizes (some tiny), over a host and 2-3 identical
+    GPUs, peer-linked half the time."""
+    rng = random.Random(seed)
+    n = rng.choice([5, 6])
+    names = [f"t{i}" for i in range(n)]
+    tasks = [Task(name, {"gpu": rng.uniform(0.2, 2.0), "cpu": rng.uniform(1.0, 8.0)},
+                  output_bytes=rng.choice([0.01, 0.5, 1.0, 2.0]), memory_bytes=rng.choice([0.0, 2 * GB]))
+             for name in names]
+    edges = [(a, b) for a, b in zip(names, names[1:])] + [(names[0], names[2])]
+    link = Link(rng.choice([1.0, 4.0]), 0.0)
+    gpus = [Device(f"g{i}", "gpu", 4 * GB, link=link) for i in range(rng.choice([2, 3]))]
+    peers = {frozenset(("g0", "g1")): Link(8.0, 0.0)} if rng.random() < 0.5 else {}
+    platform = Platform((Device("cpu", "cpu", 1e12, is_host=True), *gpus), peer_links=peers)
+    return Problem(TaskGraph.create(tasks, edges), platform, Objective("pipeline"))
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_with_identical_gpus_it_never_exceeds_the_brute_force_optimum(seed):
+    p = _identical_gpus_problem(seed)
+    assert hop_work_bound(p) <= _optimum(p) * (1 + 1e-9)
