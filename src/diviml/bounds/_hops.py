@@ -44,6 +44,7 @@ MAX_PERIOD = 32  # segments grouped into one part at most: the fewer cuts, the f
 MAX_PART_TASKS = 1000  # tasks in the distinct parts together: the LP's size (Llama 2 70B: 1 s; at 3,000, 9 s)
 MAX_GROUPINGS = 4  # ways to cut the graph tried, while the time lasts: the bound is the best of them
 ALL = ""  # the key of all devices' floor (:func:`_floors`)
+MAX_ASSIGNED = 100_000  # devices x sizes of tensor in the floors' transportation LP (GPT-3 on six-servers: 26 x 7)
 
 
 def hop_work_bound(problem: Problem, time_limit: float | None = None) -> float:
@@ -57,11 +58,12 @@ def hop_work_bound(problem: Problem, time_limit: float | None = None) -> float:
     far = _far_kinds(problem, kinds) if problem.platform.network is not None else {}
     owner = _merged_views(problem, hop)
     unit = _unit(_unit_costs(problem))
-    floors = _floors(problem, kinds)
+    floors: dict[str, float] | None = None
     best = 0.0
     for parts in _groupings(problem, owner, hop, stop):
         if stop is not None and perf_counter() > stop:
             break
+        floors = _floors(problem, kinds) if floors is None else floors
         value = _solve(problem, kinds, far, owner, parts, hop, unit, floors, stop)
         best = max(best, value / unit * (1 - 1e-6) if value is not None else 0.0)
     return best
@@ -144,9 +146,10 @@ def _floors(problem: Problem, kinds: dict[str, list[str]]) -> dict[str, float]:
         out[k] += sum(heapq.nsmallest(max(len(names) - sinks, 0), (least[key] for key, row in classes.items()
                                                                    for _ in range(min(row[0], len(names))))))
     devices = [d.name for d in platform.devices]
-    entering, leaving = _assigned(devices, classes, cost, 1, sources), _assigned(devices, classes, cost, 0, sinks)
-    if entering is not None and leaving is not None:
-        out[ALL] = entering + leaving
+    if len(devices) * len(classes) <= MAX_ASSIGNED:
+        entering, leaving = _assigned(devices, classes, cost, 1, sources), _assigned(devices, classes, cost, 0, sinks)
+        if entering is not None and leaving is not None:
+            out[ALL] = entering + leaving
     return out
 
 
