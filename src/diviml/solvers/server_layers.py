@@ -10,8 +10,9 @@ device's memory, where each layer's schedule is shifted over the server's identi
 that its weights spread evenly over them. The same shifts in blocks (a run's layers of one shift, then those of
 the next) put the same bytes on each device and hand the chain of layers from one device to the next once a
 block, not once a layer or two, in as few blocks as the devices' memory allows: both are timed, and the better
-kept (GPT-3 in BF16 over six-servers: 1.519 s layer by layer, 1.361 s in blocks). Layers of another shape (the embedding, the head) run whole on the
-server's fastest device. The simulator then times the plan, transfers included.
+kept (GPT-3 in BF16 over six-servers: 1.519 s layer by layer, 1.361 s in blocks). Layers of another shape (the
+embedding, the head) run whole on the server's fastest device. The simulator then times the plan, transfers
+included.
 """
 
 from __future__ import annotations
