@@ -36,6 +36,18 @@ def test_retime_follows_the_order_key_on_a_device_and_breaks_ties_by_topological
     assert (start[("a", 0)], start[("b", 0)]) == (0.0, 2.0)
 
 
+def test_retime_runs_a_job_that_takes_no_time_before_one_that_starts_with_it():
+    # a -> b, a -> v (v takes no time, its output feeds c on P2): all three start at 2 on P1 in the solver's
+    # schedule; b first (its topological place) would hold v, and c, until b ends
+    spec = {"a": ({"x": 2.0, "y": 2.0}, 0.0), "b": ({"x": 5.0, "y": 5.0}, 0.0), "v": ({"x": 0.0, "y": 0.0}, 0.0),
+            "c": ({"x": 1.0, "y": 1.0}, 0.0)}
+    jobs = JobGraph.whole(Problem(graph(spec, [("a", "b"), ("a", "v"), ("v", "c")]), two_device_platform()))
+    device_of = {("a", 0): "P1", ("b", 0): "P1", ("v", 0): "P1", ("c", 0): "P2"}
+    start, finish = jobs.retime(device_of, {("a", 0): 0.0, ("b", 0): 2.0, ("v", 0): 2.0, ("c", 0): 2.0})
+    assert (start[("v", 0)], start[("b", 0)], start[("c", 0)]) == (2.0, 2.0, 2.0)
+    assert max(finish.values()) == 7.0
+
+
 def test_retime_starts_a_sub_problem_job_no_earlier_than_its_release_on_its_device():
     jobs = JobGraph(problem(), (1,), ("a",), release={(("a", 0), "P1"): 5.0})
     start, finish = jobs.retime({("a", 0): "P1"}, {("a", 0): 0.0})

@@ -117,11 +117,14 @@ class JobGraph:
     def retime(self, device_of: Mapping[JobKey, str], order_key: Mapping[JobKey, float]) -> tuple[dict, dict]:
         """Start and finish of every job on its device in ``device_of``, each device running its jobs in the
         order of ``order_key`` (:meth:`by_key`) as early as possible: after the job's release
-        there, the device's previous job and its producers' outputs (sent where they must be)."""
+        there, the device's previous job and its producers' outputs (sent where they must be). Of two jobs of
+        one key, one that takes no time on its device runs first, as in :meth:`order` (it ran at that time, not
+        after the other: GPT-3's prefill plan over six-servers re-timed at 26.07 s from its own start times
+        with its views behind each layer's projection, against the simulator's 24.98 s)."""
         start: dict = {}
         finish: dict = {}
         free: dict = {}
-        for j in self.by_key(order_key):
+        for j in self.by_key({j: (order_key[j], self.duration(j, device_of[j]) > 0) for j in self.jobs}):
             d = device_of[j]
             s = max([self.released(j, d), free.get(d, 0.0)]
                     + [finish[u] + self.transfer(u, device_of[u], d) for u in self.preds(j)])
