@@ -126,11 +126,11 @@ def _floors(problem: Problem, kinds: dict[str, list[str]]) -> dict[str, float]:
             row = classes.setdefault(key, [0, 0])
             row[0], row[1] = row[0] + 1, row[1] + len(graph.successors[t.id])
             first.setdefault(key, t)
-    cost = {(d.name, key): min([platform.hop_time(task, d)] + [link.time(task.output_bytes) for link in peers.get(d.name, [])])
+    cost = {(d.name, key): _cheapest_hop(problem, task, d.name, peers)
             for d in platform.devices for key, task in first.items()}
     n = len(platform.devices)
-    pad = max((min((cost[d.name, key] for key, row in classes.items() if row[0] >= n), default=math.inf)
-               + min((cost[d.name, key] for key, row in classes.items() if row[0] >= n), default=math.inf)
+    # a device's cheapest entry and exit among the sizes every device can take: one of those sizes, twice
+    pad = max((2 * min((cost[d.name, key] for key, row in classes.items() if row[0] >= n), default=math.inf)
                for d in platform.devices), default=math.inf)
     spread = sum(min((problem.time(t.id, d) for d in problem.allowed_devices[t.id]), default=0.0)
                  for t in graph.tasks) / max(n, 1)
@@ -180,9 +180,16 @@ def _hop_costs(problem: Problem, kinds: dict[str, list[str]]) -> dict[str, dict[
         if kind_of[a] != kind_of[b]:
             peers.setdefault(a, []).append(link)
             peers.setdefault(b, []).append(link)
-    return {t.id: {k: min(min([platform.hop_time(t, platform.by_name[d])]
-                              + [link.time(t.output_bytes) for link in peers.get(d, [])]) for d in names)
-                   for k, names in kinds.items()} for t in problem.graph.tasks}
+    return {t.id: {k: min(_cheapest_hop(problem, t, d, peers) for d in names) for k, names in kinds.items()}
+            for t in problem.graph.tasks}
+
+
+def _cheapest_hop(problem: Problem, task: Task, device: str, peers: dict[str, list]) -> float:
+    """What ``device`` pays to take ``task``'s output in or send it out: a hop through host memory, or the time of
+    one of its peer links in ``peers`` (device -> links)."""
+    platform = problem.platform
+    return min([platform.hop_time(task, platform.by_name[device])] + [link.time(task.output_bytes)
+                                                                       for link in peers.get(device, [])])
 
 
 def _merged_views(problem: Problem, hop: dict[str, dict[str, float]]) -> dict[str, str]:

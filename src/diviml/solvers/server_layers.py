@@ -53,6 +53,10 @@ class _Server:
                 return self.devices[group[(group.index(spot) + shift) % len(group)]]
         return device
 
+    def placed(self, shift: int) -> tuple[str, ...]:
+        """The layer schedule's device per task, shifted ``shift`` places over the identical devices."""
+        return tuple(self.shifted(self.devices[p], shift) for p in self.pattern)
+
 
 def server_layer_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
     """The best plan of layer runs over servers (module doc) over three orders of servers, or None where the
@@ -171,11 +175,10 @@ class _Costs:
         shifts = range(max((len(g) for g in server.groups), default=1))
         out = []
         for k, layer in enumerate(self.layers):
-            base = ([server.devices[server.pattern[p]] for p in range(len(layer))] if self.common[k]
-                    else [self.fastest[s]] * len(layer))
             best: tuple[float, tuple[str, ...], dict[str, float], int] | None = None
             for shift in shifts:
-                devices = tuple(server.shifted(d, shift) for d in base)
+                devices = (server.placed(shift) if self.common[k]
+                           else tuple(server.shifted(self.fastest[s], shift) for _ in layer))
                 add: dict[str, float] = {}
                 for d, t in zip(devices, layer):
                     add[d] = add.get(d, 0.0) + graph.by_id[t].memory_bytes
@@ -240,7 +243,6 @@ class _Costs:
         out: dict[str, str] = {}
         for s, (i, j) in runs.items():
             server = self.servers[s]
-            base = [server.devices[p] for p in server.pattern]
             common = [k for k in range(i, j) if self.common[k]]
             shifts: dict[int, int] = {}
             if blocked and common:
@@ -252,7 +254,7 @@ class _Costs:
             for k in range(i, j):
                 devices = self.assigned[s][k]
                 if k in shifts:
-                    devices = tuple(server.shifted(d, shifts[k]) for d in base)
+                    devices = server.placed(shifts[k])
                 for t, device in zip(self.layers[k], devices):
                     out[t] = device if device in allowed[t] else self.fastest[s]
         return out
@@ -262,11 +264,10 @@ class _Costs:
         (the device the chain comes from: no hand-off into the first block), then as they first come up layer
         by layer."""
         server = self.servers[s]
-        last = server.devices[server.pattern[-1]]
         first: dict[int, int] = {}
         for k in layers:
             first.setdefault(self.shift[s][k], len(first))
-        return lambda shift: (server.shifted(last, shift) != entry, first.get(shift, len(first) + shift))
+        return lambda shift: (server.placed(shift)[-1] != entry, first.get(shift, len(first) + shift))
 
     def _fewest_blocks(self, s: int, run: tuple[int, int], common: list[int], key) -> dict[int, int] | None:
         """Layer -> shift for ``common``, the run's layers of the common shape on stage ``s``, in the fewest
@@ -275,7 +276,6 @@ class _Costs:
         by layer then set the blocks' lengths). A run the first device holds alone stays on it: 9 of GPT-3's
         BF16 layers on an A100 server changed GPU three times for weights that fit one."""
         server, graph = self.servers[s], self.problem.graph
-        base = [server.devices[p] for p in server.pattern]
         layer = self.layers[common[0]]
         order = sorted(range(max((len(g) for g in server.groups), default=1)), key=key)
         others: dict[str, float] = dict.fromkeys(server.devices, 0.0)
@@ -287,8 +287,8 @@ class _Costs:
             held = dict(others)
             lengths = [len(common) // blocks + (b < len(common) % blocks) for b in range(blocks)]
             for shift, length in zip(order, lengths):
-                for d, t in zip(base, layer):
-                    held[server.shifted(d, shift)] += graph.by_id[t].memory_bytes * length
+                for d, t in zip(server.placed(shift), layer):
+                    held[d] += graph.by_id[t].memory_bytes * length
             if all(held[d] <= self.capacity[s][d] for d in held):
                 spots = [shift for shift, length in zip(order, lengths) for _ in range(length)]
                 return dict(zip(common, spots))
