@@ -183,12 +183,12 @@ def test_it_never_exceeds_the_proven_optimum(seed):
     assert lower_bound(p) <= best.objective * (1 + 1e-9)
 
 
-def _random_servers_problem(seed: int) -> Problem:
-    """A layered DAG of 5-9 tasks on three servers: A and A2 alike (a host CPU and a g1 GPU), B (a host CPU
+def _random_servers_problem(seed: int, tasks: tuple[int, int] = (5, 9)) -> Problem:
+    """A layered DAG of 5-9 tasks (``tasks``) on three servers: A and A2 alike (a host CPU and a g1 GPU), B (a host CPU
     and two g2 GPUs); the CPUs 3-6 times slower and roomy, the GPUs holding 20-60% of the weights each, links
     and the network of random speeds."""
     rng = random.Random(seed)
-    g = layered_dag(rng.randint(5, 9), seed=seed, device_types=("g1",))
+    g = layered_dag(rng.randint(*tasks), seed=seed, device_types=("g1",))
     tasks = []
     for t in g.tasks:
         fast = t.time["g1"]
@@ -219,3 +219,23 @@ def test_no_time_means_no_bound():
     p = Problem(g, _platform(5.0), Objective())
     assert memory_segments_bound(p, time_limit=0.0) == 0.0
     assert memory_segments_bound(p) == pytest.approx(4, rel=1e-5) == critical_path_bound(p)
+
+
+@pytest.mark.parametrize("seed", [1, 5])
+def test_pricing_segments_by_their_lp_first_gives_the_bound_of_pricing_every_one_by_its_milp(seed, monkeypatch):
+    # the walk prices a segment's (entry, exit) pairs by the LP relaxation of their MILP and solves the MILP only
+    # where the cheapest walk goes; any other walk costs at least its LP price, so the bound is the same
+    from diviml.bounds import _segments
+
+    p = _random_servers_problem(seed, tasks=(16, 24))
+    lazy = memory_segments_bound(p)
+    relaxed_calls = []
+    price = _segments._price
+
+    def every_one_by_its_milp(segment, prices, entry, exit_, counts, stop, relaxed=False):
+        relaxed_calls.append(relaxed and not _segments._enumerable(segment))
+        return price(segment, prices, entry, exit_, counts, stop)
+
+    monkeypatch.setattr(_segments, "_price", every_one_by_its_milp)
+    assert memory_segments_bound(Problem(p.graph, p.platform, p.objective)) == pytest.approx(lazy, rel=1e-7)
+    assert any(relaxed_calls)  # segments of more than 256 placements: the lazy walk priced them by the LP first
