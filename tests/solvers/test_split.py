@@ -319,6 +319,16 @@ def test_the_time_limit_is_honoured_and_a_plan_still_comes_back():
     assert validate(plan, p).ok
 
 
+def test_a_join_that_cannot_end_in_time_is_given_up_and_the_baseline_comes_back():
+    # 2,000 tasks over 26 devices: at its pace the join needs about 80 s (on the 2-core development machine), so
+    # it is given up after a tenth of its 5 s, leaving the cores to the baselines and the bound
+    p = Problem(layered_dag(2000, seed=3), diviml.preset("six-servers"))
+    plan = diviml.solve(p, "split", time_limit=5.0)
+    assert any("the join was given up" in note for note in plan.notes)
+    assert plan.objective <= diviml.solve(p, "heft").objective * (1 + 1e-9)
+    assert validate(plan, p).ok
+
+
 def test_a_plan_and_its_bound_do_not_depend_on_how_loaded_the_machine_is():
     # module solves are limited by CP-SAT's work, not the clock: two of these stop at their limit unproven
     p = Problem(layered_dag(120, seed=5), diviml.preset("paper-server"))

@@ -61,6 +61,7 @@ class JoinResult:
     lower: float = 0.0
     share_bound: bool = False  # some solve ended unproven at a limit below module_time_limit
     out_of_time: tuple[int, int] | None = None  # (module it stopped before, modules) when the time ran out
+    needed: float | None = None  # where it gave up early: the seconds it would have needed at its pace
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,13 @@ def exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[st
     return uniform if copies == 1 else uniform + [None]
 
 
+# a join is given up once it has had this share of its time and its pace would need this many times the time left:
+# it could not end, and its plan is all or nothing (GPT-3 over six-servers at 60 s: 74 of 289 modules when the
+# time ran out, its two workers taking the cores from the baselines and the bound beside it)
+GIVE_UP_AFTER = 0.1
+GIVE_UP_PACE = 3.0
+
+
 def join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, watch: Stopwatch, *,
           memory_binds: bool, module_time_limit: float, seed: int, progress, label: str,
           bounds: bool = False, scale: float = 1.0) -> JoinResult:
@@ -87,7 +95,9 @@ def join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, wat
     ``bounds``: the DP on the module solves' bounds bounds the optimum, see :func:`chain_bounds`).
 
     Each step gets a share of the time left in proportion to its module's size, times ``scale``, spread
-    over the solves the pool runs side by side (and never more than the time left)."""
+    over the solves the pool runs side by side (and never more than the time left). A join whose pace shows that
+    it cannot end in time is given up (:data:`GIVE_UP_PACE`)."""
+    began = time.perf_counter()
     look = Lookahead(problem, chain, sizes)
     states: dict = {(): Partial(memory_left={d.name: d.memory_bytes for d in problem.platform.devices})}
     result = JoinResult(None)
@@ -120,6 +130,11 @@ def join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, wat
         if not new_states:
             return result
         states = new_states
+        spent, total = time.perf_counter() - began, sum(len(m.tasks) for m in chain.modules)
+        needed = spent * total / max(total - remaining, 1)
+        if i + 1 < n and spent > GIVE_UP_AFTER * watch.limit and needed - spent > GIVE_UP_PACE * watch.left:
+            result.out_of_time, result.needed = (i + 2, n), needed
+            return result
         if progress:
             best = min(p.estimate for p in states.values())
             progress(f"  {label}: module {i + 1}/{n} ({len(module.tasks)} tasks), best estimate "
@@ -270,7 +285,11 @@ def plan_of(problem: Problem, sizes, res: JoinResult, bounds: bool, watch: Stopw
              notes: list) -> Plan | None:
     """The join's plan (memory repaired where it had to be), or None with a note saying why there is none."""
     if res.partial is None:
-        if res.out_of_time is not None:
+        if res.needed is not None:
+            stopped, modules = res.out_of_time
+            notes.append(f"the join was given up before module {stopped} of {modules} ({len(sizes)} sub-batch(es)): "
+                         f"at its pace it would have needed {res.needed:.0f} s; no plan from it")
+        elif res.out_of_time is not None:
             stopped, modules = res.out_of_time
             notes.append(f"the join ran out of time before module {stopped} of {modules} ({len(sizes)} "
                          "sub-batch(es)): no plan from it")
