@@ -81,11 +81,13 @@ def exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[st
     return uniform if copies == 1 else uniform + [None]
 
 
-# a join is given up once it has had this share of its time and its pace would need this many times the time left:
-# it could not end, and its plan is all or nothing (GPT-3 over six-servers at 60 s: 74 of 289 modules when the
-# time ran out, its two workers taking the cores from the baselines and the bound beside it)
+# a join is given up once it has had this share of its time, is not halfway, and at its pace would need this many
+# times its time: it cannot end, and its plan is all or nothing (GPT-3 over six-servers at 60 s: 74 of 289 modules
+# when the time ran out, its two workers taking the cores from the baselines and the bound beside it). A join
+# behind its time gives its later steps less (a step's share is of the time left), hence the wide margin (against
+# 3x the time left, joins of googlenet's batch splits were given up a module before their end)
 GIVE_UP_AFTER = 0.1
-GIVE_UP_PACE = 3.0
+GIVE_UP_PACE = 2.5
 
 
 def join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, watch: Stopwatch, *,
@@ -132,7 +134,7 @@ def join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, wat
         states = new_states
         spent, total = time.perf_counter() - began, sum(len(m.tasks) for m in chain.modules)
         needed = spent * total / max(total - remaining, 1)
-        if i + 1 < n and spent > GIVE_UP_AFTER * watch.limit and needed - spent > GIVE_UP_PACE * watch.left:
+        if spent > GIVE_UP_AFTER * watch.limit and needed > GIVE_UP_PACE * watch.limit and remaining > total / 2:
             result.out_of_time, result.needed = (i + 2, n), needed
             return result
         if progress:
