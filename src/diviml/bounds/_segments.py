@@ -40,7 +40,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import csr_matrix
 
-from ..native import native_stdout_to_stderr
+from ..native import native_output_discarded
 from ..problem import Problem
 from ._lp import _tolerated, _unit, server_kinds
 from ._series import MAX_TASKS, Segment, base_kind, segment_kinds, segments_of
@@ -171,7 +171,9 @@ def _price(segment: Segment, prices: dict[str, float], entry: str | None, exit_:
     entries = [(r, j, v) for r, (row, _, _) in enumerate(rows) for j, v in row.items()]
     r_, j_, v_ = zip(*entries)
     a = csr_matrix((v_, (r_, j_)), shape=(len(rows), len(col)))
-    with native_stdout_to_stderr():  # HiGHS prints a line to stdout when it mends a presolved solution
+    # HiGHS prints "HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();" when it mends a
+    # presolved solution, which says nothing to a user (GPT-3's decoding step over six-servers: once a solve)
+    with native_output_discarded():
         res = milp(cost, constraints=LinearConstraint(a, [low for _, low, _ in rows],
                                                       [high for _, _, high in rows]),
                    integrality=np.zeros(len(col)) if relaxed else integral, bounds=Bounds(np.zeros(len(col)), upper),

@@ -104,7 +104,7 @@ def join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, wat
     states: dict = {(): Partial(memory_left={d.name: d.memory_bytes for d in problem.platform.devices})}
     result = JoinResult(None)
     n = len(chain.modules)
-    remaining = sum(len(m.tasks) for m in chain.modules)
+    remaining = total = sum(len(m.tasks) for m in chain.modules)
     for i, module in enumerate(chain.modules):
         if watch.expired:  # the rest would run on the pool's round trips alone (50,000 tasks: a minute more)
             result.out_of_time = (i + 1, n)
@@ -132,7 +132,7 @@ def join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, wat
         if not new_states:
             return result
         states = new_states
-        spent, total = time.perf_counter() - began, sum(len(m.tasks) for m in chain.modules)
+        spent = time.perf_counter() - began
         needed = spent * total / max(total - remaining, 1)
         if spent > GIVE_UP_AFTER * watch.limit and needed > GIVE_UP_PACE * watch.limit and remaining > total / 2:
             result.out_of_time, result.needed = (i + 2, n), needed
