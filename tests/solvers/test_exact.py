@@ -86,12 +86,13 @@ def test_pieces_coupled_by_co_location_are_solved_as_one_model():
     assert plan.status == "optimal" and plan.placement[first] == plan.placement[last]
 
 
-def test_a_short_limit_on_many_pieces_says_timeout_and_keeps_a_valid_bound():
+def test_a_short_limit_on_many_pieces_is_not_called_optimal_and_keeps_a_valid_bound():
     p = Problem(layered_dag(320, seed=0, device_types=benchmark_device_types(4)), benchmark_platform(4))
     plan = diviml.solve(p, "exact", time_limit=0.3)  # the pieces need about 0.7 s on 2 cores
     full = diviml.solve(p, "exact", time_limit=60)
     assert full.status == "optimal"
-    assert plan.status == "timeout" and validate(plan, p).ok
+    # not proven: "timeout" where the join ran to the limit, "feasible" where its pace had it given up early
+    assert plan.status in ("timeout", "feasible") and validate(plan, p).ok
     assert plan.bound <= full.objective * (1 + 1e-6) and plan.objective >= full.objective * (1 - 1e-6)
     assert plan.solve_time_s < 5
 

@@ -88,6 +88,7 @@ def exit_options(problem: Problem, exit_task: str, copies: int) -> list[tuple[st
 # 3x the time left, joins of googlenet's batch splits were given up a module before their end)
 GIVE_UP_AFTER = 0.1
 GIVE_UP_PACE = 2.5
+GIVE_UP_MODULES = 3  # walked before its pace is judged: the first carries the pool's start
 
 
 def join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, watch: Stopwatch, *,
@@ -134,7 +135,8 @@ def join(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, wat
         states = new_states
         spent = time.perf_counter() - began
         needed = spent * total / max(total - remaining, 1)
-        if spent > GIVE_UP_AFTER * watch.limit and needed > GIVE_UP_PACE * watch.limit and remaining > total / 2:
+        if (i + 1 >= GIVE_UP_MODULES and spent > GIVE_UP_AFTER * watch.limit and needed > GIVE_UP_PACE * watch.limit
+                and remaining > total / 2):
             result.out_of_time, result.needed = (i + 2, n), needed
             return result
         if progress:
