@@ -251,7 +251,7 @@ def _walk(segments: list[Segment], index: list[int], closed: bool, counts: dict[
                 return None
             found = _price(segments[n], prices, key[1], key[2], counts, stop, relaxed=True)
             (exact if _enumerable(segments[n]) else relaxed)[key] = found
-        return price(n, key) if key in exact else relaxed[key][0]
+        return (exact[key] if key in exact else relaxed[key])[0]
 
     while True:
         cheapest = _cheapest(segments, index, closed, counts, price)

@@ -223,6 +223,12 @@ ROUNDING_GAP = 1e-4  # a solver's own "optimal" stands within this gap (its mode
 LIMIT_REACHED = 0.9  # a solve that ran this share of its time limit or more 'reached' it
 
 
+def meets_its_bound(plan) -> bool:
+    """Whether ``plan`` (None: no plan) is within :data:`PROVEN_GAP` of its proven bound: optimal, whatever its
+    solver said, and no further search can better it."""
+    return plan is not None and plan.objective <= plan.bound + PROVEN_GAP * abs(plan.objective)
+
+
 def settle_status(plan, time_limit: float, elapsed: float):
     """The plan with the status that means one thing (README, "Statuses"): ``optimal`` when the solver proved
     it and its gap is within :data:`ROUNDING_GAP` (the solver's rounding of times; a model's optimum that the
@@ -245,7 +251,7 @@ def settle_status(plan, time_limit: float, elapsed: float):
         plan = replace(plan, status="feasible", notes=plan.notes + (
             f"the solver proved its model optimal, but the simulator times its plan {plan.gap:.2%} above the "
             "bound: not proven optimal",))
-    if plan.objective <= plan.bound + PROVEN_GAP * abs(plan.objective):
+    if meets_its_bound(plan):
         return replace(plan, status="optimal")
     if elapsed >= LIMIT_REACHED * time_limit:
         return replace(plan, status="timeout")

@@ -11,7 +11,7 @@ from ...bounds import MODULE_DP
 from ...errors import InfeasibleError
 from ...plan import Plan
 from ...problem import Problem
-from .. import PROVEN_GAP
+from .. import meets_its_bound
 from ..engines.jobs import JobGraph
 from ..engines.modules import Chain, detect
 from ..engines.plans import MAKE_PLAN_S_PER_TASK, Stopwatch, better_bound
@@ -129,7 +129,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     pool = Pool(problem, workers)
     try:
         for i, sizes in enumerate(splits):
-            if _meets_its_bound(walks.best):  # no split can better a proven plan
+            if meets_its_bound(walks.best):  # no split can better a proven plan
                 break
             _walk(problem, chain, sizes, pool, Stopwatch(search.left / (len(splits) - i)), watch, walks, background,
                   bounds=bounds, module_time_limit=module_time_limit, seed=seed, progress=progress,
@@ -176,17 +176,11 @@ def _walk(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, sh
             _keep(walks, plan, res, sizes)
         unproven = res.counts.optimal < res.counts.solves
         if (walks.proven or plan is None or not bounds or not unproven or share.left < 0.05 * share.limit
-                or _meets_its_bound(walks.best)):
+                or meets_its_bound(walks.best)):  # proven: walking again cannot better it
             return
         scale *= 4
         if not res.share_bound:  # the solves left open ran into the cap on one solve, not the step's share
             cap *= 4
-
-
-def _meets_its_bound(plan: Plan | None) -> bool:
-    """Whether ``plan`` is proven optimal by its bound, so that walking again cannot better it (a model of 40
-    repeated blocks: HEFT's plan met the segment schedules bound, and two more walks took 28 of the 30 s)."""
-    return plan is not None and plan.objective <= plan.bound + PROVEN_GAP * abs(plan.objective)
 
 
 def _keep(walks: _Walks, plan: Plan, res: JoinResult, sizes: tuple[int, ...]) -> None:
