@@ -116,6 +116,33 @@ class Platform:
             t += self.network.time(task.output_bytes * scale)
         return t
 
+    def mean_transfer_time(self, task: Task, scale: float = 1.0) -> float:
+        """Mean of :meth:`transfer_time` over the ordered pairs of distinct devices (HEFT's rank).
+
+        Pairs priced by the same links (one peer link, or the same two hops and network) cost the same, so each
+        such route is priced once and weighted by its pairs: six-servers' 650 pairs are a dozen routes."""
+        routes = self._pair_routes
+        if not routes:
+            return 0.0
+        pairs = sum(count for count, _, _ in routes)
+        return math.fsum([count * self.transfer_time(task, src, dst, scale) for count, src, dst in routes]) / pairs
+
+    @cached_property
+    def _pair_routes(self) -> tuple[tuple[int, str, str], ...]:
+        """(number of ordered device pairs, one such pair) per route a transfer between two devices takes."""
+        def hop(d: Device) -> tuple:
+            return ("host",) if d.is_host else ("link", d.link)
+        counts: dict[tuple, list] = {}
+        for a in self.devices:
+            for b in self.devices:
+                if a is b:
+                    continue
+                peer = self.peer_links.get(frozenset((a.name, b.name)))
+                route = ("peer", peer) if peer is not None else (hop(a), hop(b), a.server != b.server)
+                entry = counts.setdefault(route, [0, a.name, b.name])
+                entry[0] += 1
+        return tuple((count, src, dst) for count, src, dst in counts.values())
+
     # -- files -----------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         def link(l: Link | None):
