@@ -59,9 +59,9 @@ def test_a_task_transfer_time_overrides_the_link():
     assert p.transfer_time(t, "g0", "cpu") == 7.0
 
 
-@pytest.mark.parametrize("name", ["six-servers", "a100-ib-2x8", "paper-server", "synthetic"])
-def test_the_mean_transfer_over_device_pairs_is_the_mean_of_every_pair(name):
-    # HEFT's rank prices each route once, not each pair: the mean must still be every ordered pair's mean
+@pytest.mark.parametrize("name", ["six-servers", "a100-ib-2x8", "paper-server", "localhost", "synthetic"])
+def test_transfers_priced_once_per_route_are_every_pairs_transfers(name):
+    # HEFT's rank and list search's table price each route once, not each pair: each pair must still get its own
     from itertools import permutations
     p = _platform(peer_links={frozenset(("g0", "g1")): Link(100.0, 0.5)}) if name == "synthetic" else preset(name)
     pairs = list(permutations([d.name for d in p.devices], 2))
@@ -69,6 +69,8 @@ def test_the_mean_transfer_over_device_pairs_is_the_mean_of_every_pair(name):
         for scale in (1.0, 0.25):
             every_pair = math.fsum(p.transfer_time(task, a, b, scale) for a, b in pairs) / len(pairs)
             assert p.mean_transfer_time(task, scale) == pytest.approx(every_pair, rel=1e-12)
+            assert p.transfer_matrix(task, scale) == [[p.transfer_time(task, a.name, b.name, scale)
+                                                       for b in p.devices] for a in p.devices]
 
 
 def test_identical_devices_are_grouped():

@@ -117,31 +117,33 @@ class Platform:
         return t
 
     def mean_transfer_time(self, task: Task, scale: float = 1.0) -> float:
-        """Mean of :meth:`transfer_time` over the ordered pairs of distinct devices (HEFT's rank).
+        """Mean of :meth:`transfer_time` over the ordered pairs of distinct devices (HEFT's rank)."""
+        routes, n = self._routes, len(self.devices) * (len(self.devices) - 1)
+        return math.fsum([len(r) * self.transfer_time(task, *r[0], scale) for r in routes[0]]) / n if n else 0.0
 
-        Pairs priced by the same links (one peer link, or the same two hops and network) cost the same, so each
-        such route is priced once and weighted by its pairs: six-servers' 650 pairs are a dozen routes."""
-        routes = self._pair_routes
-        if not routes:
-            return 0.0
-        pairs = sum(count for count, _, _ in routes)
-        return math.fsum([count * self.transfer_time(task, src, dst, scale) for count, src, dst in routes]) / pairs
+    def transfer_matrix(self, task: Task, scale: float = 1.0) -> list[list[float]]:
+        """:meth:`transfer_time` from each device to each, devices in order (list search's table)."""
+        times = [self.transfer_time(task, *pairs[0], scale) for pairs in self._routes[0]] + [0.0]  # -1: one device
+        return [[times[r] for r in row] for row in self._routes[1]]
 
     @cached_property
-    def _pair_routes(self) -> tuple[tuple[int, str, str], ...]:
-        """(number of ordered device pairs, one such pair) per route a transfer between two devices takes."""
-        def hop(d: Device) -> tuple:
-            return ("host",) if d.is_host else ("link", d.link)
-        counts: dict[tuple, list] = {}
-        for a in self.devices:
-            for b in self.devices:
-                if a is b:
-                    continue
-                peer = self.peer_links.get(frozenset((a.name, b.name)))
-                route = ("peer", peer) if peer is not None else (hop(a), hop(b), a.server != b.server)
-                entry = counts.setdefault(route, [0, a.name, b.name])
-                entry[0] += 1
-        return tuple((count, src, dst) for count, src, dst in counts.values())
+    def _routes(self) -> tuple[list[list[tuple[str, str]]], list[list[int]]]:
+        """(the ordered device pairs of each route, each pair's route: -1 on one device). Pairs priced by the same
+        links (one peer link, or the same two hops and network) cost the same for any tensor, so a route is
+        priced once: six-servers' 650 pairs are 25 routes."""
+        index: dict[tuple, int] = {}
+        routes: list[list[tuple[str, str]]] = []
+        matrix = [[-1] * len(self.devices) for _ in self.devices]
+        for i, a in enumerate(self.devices):
+            for j, b in enumerate(self.devices):
+                peer = self.peer_links.get(frozenset((a.name, b.name)))  # a hop: free from a host, else its link
+                key = ("peer", peer) if peer is not None else (a.is_host or a.link, b.is_host or b.link,
+                                                                 a.server != b.server)
+                if i != j:
+                    r = matrix[i][j] = index.setdefault(key, len(routes))
+                    routes.extend([[]] * (r == len(routes)))
+                    routes[r].append((a.name, b.name))
+        return routes, matrix
 
     # -- files -----------------------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -20,6 +20,21 @@ def test_work_bound_is_the_balanced_fractional_load():
     assert work_bound(Problem(g, two_device_platform(), Objective())) == pytest.approx(2.0, rel=1e-5)
 
 
+@pytest.mark.parametrize("preset, kind", [("six-servers", "batch"), ("six-servers", "latency"),
+                                          ("a100-ib-2x8", "pipeline"), ("paper-server", "latency")])
+def test_the_work_lp_over_kinds_of_alike_devices_is_the_lp_over_every_device(preset, kind, monkeypatch):
+    # alike devices share one column per class: the LP's value must be that of a column per device
+    from diviml.bounds import _simple
+    platform = diviml.preset(preset)
+    graph = random_dag(60, seed=3, device_types=tuple(sorted(platform.device_types)))
+    problem = Problem(graph, platform, Objective(kind, 4 if kind == "batch" else 1))
+    grouped, kinds = work_bound(problem), _simple.alike_devices(problem)
+    monkeypatch.setattr(_simple, "alike_devices", lambda p: tuple((k,) for k in range(len(p.platform.devices))))
+    every_device = work_bound(Problem(graph, platform, Objective(kind, 4 if kind == "batch" else 1)))
+    assert grouped == pytest.approx(every_device, rel=1e-7) and grouped > 0
+    assert preset == "paper-server" or len(kinds) < len(platform.devices)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_the_bound_never_exceeds_the_exhaustive_pipeline_optimum(seed):
     g = layered_dag(7, seed=seed)

@@ -76,6 +76,20 @@ def test_a_model_too_large_to_build_in_its_time_ends_at_its_limit_and_says_why(s
     assert p.status == "timeout" and any("took longer to build" in n for n in p.notes)
 
 
+@pytest.mark.parametrize("solver", ["milp", "exact"])
+def test_a_solve_whose_baselines_take_its_time_starts_no_model_and_ends_near_its_limit(solver):
+    # 3,000 tasks in 4 samples on six-servers' 26 devices: the bounds and baselines take about 3 s here; the
+    # engine's model (seconds to build) was built anyway and the answer came at 7.7 s
+    import time
+    types = ("cpu", "a100", "v100", "h100")
+    problem = diviml.Problem(random_dag(3000, seed=20, device_types=types), diviml.preset("six-servers"),
+                             diviml.Objective("batch", 4))
+    started = time.perf_counter()
+    p = diviml.solve(problem, solver, time_limit=3)
+    assert time.perf_counter() - started < 3 + 2.5 and diviml.validate(p, problem).ok
+    assert p.status == "timeout" and any("was not started" in n or "longer to build" in n for n in p.notes)
+
+
 def test_a_milp_of_few_columns_and_many_rows_ends_at_its_limit():
     # 80 tasks on six-servers' 26 devices, latency: 2,700 columns but 137,000 rows, solved in this process
     # (fewer than 5,000 columns), where HiGHS's steps ran 4 s past its clock
