@@ -122,28 +122,24 @@ class Platform:
         return math.fsum([len(r) * self.transfer_time(task, *r[0], scale) for r in routes[0]]) / n if n else 0.0
 
     def transfer_matrix(self, task: Task, scale: float = 1.0) -> list[list[float]]:
-        """:meth:`transfer_time` from each device to each, devices in order (list search's table)."""
-        times = [self.transfer_time(task, *pairs[0], scale) for pairs in self._routes[0]] + [0.0]  # -1: one device
-        return [[times[r] for r in row] for row in self._routes[1]]
+        """:meth:`transfer_time` from each device to each, devices in order, each route priced once (list search)."""
+        pairs, matrix = self._routes
+        times = [self.transfer_time(task, *route[0], scale) for route in pairs] + [0.0]  # route -1: one device
+        return [[times[r] for r in row] for row in matrix]
 
     @cached_property
     def _routes(self) -> tuple[list[list[tuple[str, str]]], list[list[int]]]:
         """(the ordered device pairs of each route, each pair's route: -1 on one device). Pairs priced by the same
-        links (one peer link, or the same two hops and network) cost the same for any tensor, so a route is
-        priced once: six-servers' 650 pairs are 25 routes."""
-        index: dict[tuple, int] = {}
-        routes: list[list[tuple[str, str]]] = []
-        matrix = [[-1] * len(self.devices) for _ in self.devices]
-        for i, a in enumerate(self.devices):
-            for j, b in enumerate(self.devices):
+        links (one peer link, or the same two hops and network) cost the same: six-servers' 650 pairs, 25 routes."""
+        by_key: dict[tuple, list[tuple[str, str]]] = {}
+        for a in self.devices:
+            for b in (b for b in self.devices if b.name != a.name):
                 peer = self.peer_links.get(frozenset((a.name, b.name)))  # a hop: free from a host, else its link
                 key = ("peer", peer) if peer is not None else (a.is_host or a.link, b.is_host or b.link,
                                                                  a.server != b.server)
-                if i != j:
-                    r = matrix[i][j] = index.setdefault(key, len(routes))
-                    routes.extend([[]] * (r == len(routes)))
-                    routes[r].append((a.name, b.name))
-        return routes, matrix
+                by_key.setdefault(key, []).append((a.name, b.name))
+        route_of = {pair: r for r, pairs in enumerate(by_key.values()) for pair in pairs}
+        return list(by_key.values()), [[route_of.get((a.name, b.name), -1) for b in self.devices] for a in self.devices]
 
     # -- files -----------------------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -76,18 +76,23 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
         start = perf_counter()
         left = (lambda: None) if time_limit is None else (lambda: time_limit - (perf_counter() - start))
         found = {CRITICAL_PATH: critical_path_bound(problem)}
-        found[WORK_LP] = work_bound(problem, left())
-        found[HOP_WORK_LP] = hop_work_bound(problem, _half(left()))
-        found[MEMORY_PATH_LP] = memory_path_bound(problem, left())
-        found[MEMORY_SEGMENTS] = memory_segments_bound(problem, _half(left()))  # the plans need the rest
-        found[SEGMENT_SCHEDULES] = segment_schedules_bound(problem, _half(left()), floor=max(found.values()))
-        found[PATH_WORK_LP] = path_work_bound(problem, left(), floor=max(found.values()))
-        found[BATCH_PATH_WORK_LP] = batch_path_work_bound(problem, left())
-        path, segments = one_request_bounds(problem, _half(left()))  # batch: one request's latency bounds it
+
+        def given(seconds: float | None, bound, *args, **kwargs):  # a bound with no time left is not started:
+            if seconds is not None and seconds <= 0:  # building its LP alone takes seconds on 10,000 tasks
+                return (0.0, 0.0) if bound is one_request_bounds else 0.0
+            return bound(problem, seconds, *args, **kwargs)
+        found[WORK_LP] = given(left(), work_bound)
+        found[HOP_WORK_LP] = given(_half(left()), hop_work_bound)
+        found[MEMORY_PATH_LP] = given(left(), memory_path_bound)
+        found[MEMORY_SEGMENTS] = given(_half(left()), memory_segments_bound)  # the plans need the rest
+        found[SEGMENT_SCHEDULES] = given(_half(left()), segment_schedules_bound, floor=max(found.values()))
+        found[PATH_WORK_LP] = given(left(), path_work_bound, floor=max(found.values()))
+        found[BATCH_PATH_WORK_LP] = given(left(), batch_path_work_bound)
+        path, segments = given(_half(left()), one_request_bounds)  # batch: one request's latency bounds it
         found[MEMORY_PATH_LP], found[MEMORY_SEGMENTS] = max(found[MEMORY_PATH_LP], path), max(found[MEMORY_SEGMENTS], segments)
-        found[ENERGETIC_LP] = energetic_bound(problem, _half(left()), floor=max(found.values()))
+        found[ENERGETIC_LP] = given(_half(left()), energetic_bound, floor=max(found.values()))
         # whole tasks lift the work LP by about a task's time: tried where that can make it the largest
-        found[WORK_MILP] = (integer_work_bound(problem, _half(left()))
+        found[WORK_MILP] = (given(_half(left()), integer_work_bound)
                             if may_lift(problem, found[WORK_LP], max(found.values())) else 0.0)
         source = max(found, key=found.__getitem__)  # on a tie the cheaper one, listed first
         memo["lower_bound"], memo["lower_bound_source"] = found[source], source

@@ -79,7 +79,7 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
     best = best_of(attempts)
     if best is None:  # memory too tight for HEFT's choices
         best = packed_plan(problem, watch)
-    if best is not None and problem.objective.kind == "latency" and max(
+    if best is not None and problem.objective.kind == "latency" and not watch.expired and max(
             piece_sizes(detect(problem.graph, 1, cut_large=False)), default=0) > LIST_SEARCH_FROM:
         best = list_search.improve(problem, best, Stopwatch(watch.left * LIST_SEARCH_SHARE),
                                    seconds=watch.limit * LIST_SEARCH_SHARE)  # its work: by the limit, not the clock
