@@ -18,7 +18,7 @@ from ..bounds import lower_bound, lower_bound_source, serial_upper_bound
 from ..errors import InfeasibleError, InputError
 from ..plan import Plan
 from ..problem import Problem
-from .baselines import best_device, data_parallel, greedy, heft, list_search, memory_split
+from .baselines import best_device, data_parallel, greedy, heft, list_search, memory_split, window_polish
 from .baselines.priced_segments import priced_segments_plan
 from .baselines.streamed import streamed_plan
 from .engines.cpsat import solve_jobs
@@ -40,6 +40,7 @@ BEST_DEVICE_S_PER_TASK = 2e-4  # the best single device's plan, per task (GPT-3'
 # tasks, where CP-SAT on the whole graph and split's join do not leave the first plan, it is what improves on
 # HEFT (benchmarks/results/list_search.md, split_randwire.md)
 LIST_SEARCH_SHARE = 0.25
+POLISH_SHARE = 0.25  # of the time left, what the window polish of the best latency baseline may take
 # tasks: list search only where a piece of the graph between series points is larger than this, the size beyond
 # which exact only minimises (exact.PROBES_UP_TO): smaller pieces CP-SAT solves better, and split's join waits
 # for the baseline (layered DAGs of 120 and 320 tasks, pieces of 20: split proved them optimal in 0.8 s, and in
@@ -52,8 +53,8 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
     segments bound's placements spliced (:mod:`.baselines.priced_segments`), and (batch objective)
     data parallelism with unequal shares and the batch streamed through a pipeline's placement
     (:mod:`.baselines.streamed`); where none fits the memory, :func:`packed_plan`, or None; a latency plan
-    then improved by list search
-    (:mod:`.baselines.list_search`) in :data:`LIST_SEARCH_SHARE` of the time left where a piece between series
+    then polished window by window between series points (:mod:`.baselines.window_polish`, in
+    :data:`POLISH_SHARE` of the time left) and improved by list search (:mod:`.baselines.list_search`) in :data:`LIST_SEARCH_SHARE` of the time left where a piece between series
     points has more than :data:`LIST_SEARCH_FROM` tasks. The problem's lower bound is
     computed first, with ``bound_share`` of the
     time left: each plan asks for it, and the first to ask would otherwise give its LPs all the time there is
@@ -79,6 +80,8 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
     best = best_of(attempts)
     if best is None:  # memory too tight for HEFT's choices
         best = packed_plan(problem, watch)
+    if best is not None and problem.objective.kind == "latency" and not watch.expired:
+        best = window_polish.polish(problem, best, Stopwatch(watch.left * POLISH_SHARE))
     if best is not None and problem.objective.kind == "latency" and not watch.expired and max(
             piece_sizes(detect(problem.graph, 1, cut_large=False)), default=0) > LIST_SEARCH_FROM:
         best = list_search.improve(problem, best, Stopwatch(watch.left * LIST_SEARCH_SHARE),
