@@ -80,3 +80,21 @@ def test_a_plan_of_another_objective_is_left_alone():
     batch = Problem(problem.graph, problem.platform, Objective("batch", 2))
     plan = heft.solve(batch, time_limit=10)
     assert window_polish.polish(batch, plan, Stopwatch(10)) is plan
+
+
+def test_a_polish_cut_short_by_its_time_still_keeps_what_it_found():
+    # the windows after the time ran out keep their devices and are still timed, for the devices' order
+    problem = _blocks(40, 3, gpu_memory_share=0.6)
+    start = _scattered(problem, 3)
+    full = window_polish.polish(problem, start, Stopwatch(30))
+    calls = {"n": 0}
+
+    class Short(Stopwatch):  # expires after a third of the windows' descents have asked
+        @property
+        def expired(self):
+            calls["n"] += 1
+            return calls["n"] > 2000
+
+    cut = window_polish.polish(problem, start, Short(30))
+    assert diviml.validate(cut, problem).ok
+    assert full.objective <= cut.objective < start.objective

@@ -41,11 +41,9 @@ def polish(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
         return plan
     state = _State(problem, plan, order, weighted)
     moves = 0
-    for n, window in enumerate(windows):
-        if watch.expired:
-            break
-        following = windows[n + 1] if n + 1 < len(windows) else []
-        moves += state.descend(window, following, watch)
+    for n, window in enumerate(windows):  # past the time, the rest are only timed: the order needs their times
+        if not watch.expired:
+            moves += state.descend(window, windows[n + 1] if n + 1 < len(windows) else [], watch)
         state.settle(window)
     if not moves:
         return plan
