@@ -17,6 +17,7 @@ Memory, allowed devices and co-location groups (whose tasks stay put) are respec
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from ...bounds import series_points
 from ...plan import Plan
@@ -48,15 +49,12 @@ def polish(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
     if not moves:
         return plan
     better = make_plan(problem, placement=state.device, order=state.order(), solver=plan.solver,
-                       status=plan.status, watch=watch,
-                       notes=[*plan.notes, f"window polish ({moves} moves): {plan.objective:.6g} -> ..."])
+                       status=plan.status, watch=watch, bound=plan.bound, bound_source=plan.bound_source,
+                       notes=plan.notes)
     if better.objective >= plan.objective * (1 - 1e-12):
         return plan
-    notes = better.notes[:-1] + (f"windows between series points polished ({moves} moves): "
-                                 f"{plan.objective:.6g} -> {better.objective:.6g}",)
-    return Plan(better.objective_kind, better.assignments, better.objective, better.bound, better.status,
-                better.solver, better.solve_time_s, better.time_unit, better.batch_size, notes, better.stats,
-                better.bound_source)
+    return replace(better, stats=plan.stats, notes=better.notes + (
+        f"windows between series points polished ({moves} moves): {plan.objective:.6g} -> {better.objective:.6g}",))
 
 
 def _windows(weighted: list[str], series: set[str]) -> list[list[str]]:
