@@ -11,7 +11,8 @@ In order, each window's tasks (its series point included) move one at a time to 
 them swap devices (weights of equal size trade places within memory), and a move is kept where the time at
 which the next window's series point ends falls, both windows list-scheduled from where the windows before
 them ended. The simulator then times the whole plan, and the better of it and the given plan is kept.
-Memory, allowed devices and co-location groups (whose tasks stay put) are respected by every move.
+Memory, allowed devices and co-location groups (whose tasks stay put) are respected by every move. A window of
+more than :data:`MAX_WINDOW` tasks is left as it is.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from ..engines.plans import Stopwatch, make_plan
 __all__ = ["polish"]
 
 PASSES = 3  # descents over a window, at most
+# tasks: a larger window is left as it is (its swaps are cubic in its size: a randomly wired network is one window
+# of hundreds of tasks, where the polish took its whole share of the time; list search and CP-SAT serve it)
+MAX_WINDOW = 48
 
 
 def polish(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
@@ -43,7 +47,7 @@ def polish(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
     state = _State(problem, plan, order, weighted)
     moves = 0
     for n, window in enumerate(windows):  # past the time, the rest are only timed: the order needs their times
-        if not watch.expired:
+        if not watch.expired and len(window) <= MAX_WINDOW:
             moves += state.descend(window, windows[n + 1] if n + 1 < len(windows) else [], watch)
         state.settle(window)
     if not moves:
@@ -148,8 +152,9 @@ class _State:
                         best, kept, found = value, kept + 1, True
                     else:
                         self._move(before)
-            for i, a in enumerate(movable):
-                for b in movable[i + 1:]:
+            heavy = [t for t in movable if self.memory[t] > 0]  # swaps trade weights; a move does the rest
+            for i, a in enumerate(heavy):
+                for b in heavy[i + 1:]:
                     da, db = self.device[a], self.device[b]
                     if watch.expired:
                         return kept
