@@ -35,12 +35,12 @@ from ._integer import integer_work_bound, integer_work_counts, may_lift
 from ._latency import memory_path_bound, path_work_bound, path_work_seconds
 from ._schedules import segment_schedules_bound
 from ._segments import Relaxation, memory_segments_bound, memory_segments_relaxation
-from ._series import series_points
+from ._series import series_points, windows_of
 from ._simple import critical_path_bound, spread_bound, work_bound
 
 __all__ = ["BOUND_SOURCES", "CUTOFFS", "Cut", "Relaxation", "batch_path_work_bound", "critical_path_bound", "energetic_bound", "energetic_cuts", "hop_work_bound", "integer_work_bound", "integer_work_counts", "lower_bound", "lower_bound_source",
            "memory_path_bound", "memory_segments_bound", "memory_segments_relaxation", "path_work_bound", "path_work_seconds", "segment_schedules_bound", "serial_upper_bound", "series_points", "share_lower_bound",
-           "spread_bound", "work_bound"]
+           "spread_bound", "windows_of", "work_bound"]
 
 # what proved a plan's bound (Plan.bound_source): the bounds here, and the solvers' own
 CRITICAL_PATH = "critical path"
@@ -78,9 +78,9 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
         left = (lambda: None) if time_limit is None else (lambda: time_limit - (perf_counter() - start))
         found = {CRITICAL_PATH: critical_path_bound(problem)}
 
-        def given(seconds: float | None, bound, *args, **kwargs):  # a bound with no time left is not started:
-            if seconds is not None and seconds <= 0:  # building its LP alone takes seconds on 10,000 tasks
-                return (0.0, 0.0) if bound is one_request_bounds else 0.0
+        def given(seconds: float | None, bound, *args, unstarted=0.0, **kwargs):  # with no time left a bound is
+            if seconds is not None and seconds <= 0:  # not started: its LP alone takes seconds on 10,000 tasks
+                return unstarted
             return bound(problem, seconds, *args, **kwargs)
         found[WORK_LP] = given(left(), work_bound)
         found[HOP_WORK_LP] = given(_half(left()), hop_work_bound)
@@ -89,7 +89,7 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
         found[SEGMENT_SCHEDULES] = given(_half(left()), segment_schedules_bound, floor=max(found.values()))
         found[PATH_WORK_LP] = given(left(), path_work_bound, floor=max(found.values()))
         found[BATCH_PATH_WORK_LP] = given(left(), batch_path_work_bound)
-        path, segments = given(_half(left()), one_request_bounds)  # batch: one request's latency bounds it
+        path, segments = given(_half(left()), one_request_bounds, unstarted=(0.0, 0.0))  # batch: one request's latency bounds it
         found[MEMORY_PATH_LP], found[MEMORY_SEGMENTS] = max(found[MEMORY_PATH_LP], path), max(found[MEMORY_SEGMENTS], segments)
         found[ENERGETIC_LP] = given(_half(left()), energetic_bound, floor=max(found.values()))
         # whole tasks lift the work LP by about a task's time: tried where that can make it the largest

@@ -71,12 +71,7 @@ def segments_of(problem: Problem, kinds: dict[str, list[str]], slots: dict[str, 
     :func:`segment_kinds` for ``kinds``: kind -> device names), their tasks, and whether the last one ends at a
     series point; None where a segment holds more than ``MAX_SEGMENT`` tasks."""
     order, weighted, series = series_points(problem)
-    runs: list[list[str]] = [[]]
-    for t in weighted:
-        runs[-1].append(t)
-        if t in series:
-            runs.append([])
-    runs = [run for run in runs if run]
+    runs = windows_of(weighted, series)
     if not runs or any(len(run) > MAX_SEGMENT for run in runs):
         return None
     moves, stops = _Moves(problem, kinds, slots), set(weighted)
@@ -85,6 +80,16 @@ def segments_of(problem: Problem, kinds: dict[str, list[str]], slots: dict[str, 
         segments.append(_segment(problem, run, previous, stops, moves, unit))
         previous = run[-1]
     return segments, runs, runs[-1][-1] in series
+
+
+def windows_of(weighted: list[str], series: set[str]) -> list[list[str]]:
+    """The weighted tasks (topological order) in runs, each ending at a series point (the last maybe not)."""
+    runs: list[list[str]] = [[]]
+    for t in weighted:
+        runs[-1].append(t)
+        if t in series:
+            runs.append([])
+    return [run for run in runs if run]
 
 
 def series_points(problem: Problem) -> tuple[list[str], list[str], set[str]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from ...bounds import series_points
+from ...bounds import series_points, windows_of
 from ...plan import Plan
 from ...problem import Problem
 from ..engines.jobs import JobGraph
@@ -41,7 +41,7 @@ def polish(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
                                                   for a in plan.assignments):
         return plan
     order, weighted, series = series_points(problem)
-    windows = _windows(weighted, series)
+    windows = windows_of(weighted, series)
     if len(windows) < 2:
         return plan
     state = _State(problem, plan, order, weighted)
@@ -61,16 +61,6 @@ def polish(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
         f"windows between series points polished ({moves} moves): {plan.objective:.6g} -> {better.objective:.6g}",))
 
 
-def _windows(weighted: list[str], series: set[str]) -> list[list[str]]:
-    """The weighted tasks in runs, each ending at a series point (the last maybe not)."""
-    runs: list[list[str]] = [[]]
-    for t in weighted:
-        runs[-1].append(t)
-        if t in series:
-            runs.append([])
-    return [run for run in runs if run]
-
-
 def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
     """Whether ``a`` (the next series point's end, the windows' last end) beats ``b``, beyond rounding."""
     if a[0] < b[0] * (1 - 1e-12):
@@ -88,12 +78,12 @@ class _State:
         self.device = {a.task: a.device for a in plan.assignments}
         heavy = set(weighted)
         self.followers: dict[str, list[str]] = {t: [] for t in order}  # weightless tasks that go where t goes
-        self.anchor: dict[str, str] = {}
+        anchor: dict[str, str] = {}
         for t in order:  # a weightless task reads one tensor: it follows the weighted task behind it
             preds = graph.predecessors[t]
             if t not in heavy and len(preds) == 1:
-                self.anchor[t] = self.anchor.get(preds[0], preds[0])
-                self.followers[self.anchor[t]].append(t)
+                anchor[t] = anchor.get(preds[0], preds[0])
+                self.followers[anchor[t]].append(t)
         grouped = {m for members in problem.colocation_groups.values() for m in members}
         self.movable = {t for t in weighted if t not in grouped}
         self.memory = {t.id: t.memory_bytes for t in graph.tasks}
@@ -104,7 +94,7 @@ class _State:
         self.end: dict[str, float] = {}  # tasks of settled windows (and weightless ones outside any)
         self.free = {d: 0.0 for d in self.capacity}
         for t in order:  # what no window holds keeps its device: timed from its producers as it comes
-            if t not in heavy and t not in self.anchor:
+            if t not in heavy and t not in anchor:
                 self.end[t] = 0.0
 
     def members(self, window: list[str]) -> list[str]:
@@ -140,44 +130,49 @@ class _State:
         best, kept = self.value(tasks, last), 0
         for _ in range(PASSES):
             found = False
-            for t in movable:
-                for d in self.problem.allowed_devices[t]:
-                    if watch.expired:
-                        return kept
-                    if d == self.device[t] or not self._fits({t: d}):
-                        continue
-                    before = self._move({t: d})
-                    value = self.value(tasks, last)
-                    if _better(value, best):
-                        best, kept, found = value, kept + 1, True
-                    else:
-                        self._move(before)
-            heavy = [t for t in movable if self.memory[t] > 0]  # swaps trade weights; a move does the rest
-            for i, a in enumerate(heavy):
-                for b in heavy[i + 1:]:
-                    da, db = self.device[a], self.device[b]
-                    if watch.expired:
-                        return kept
-                    change = {a: db, b: da}
-                    if da == db or db not in self.problem.allowed_devices[a] or da not in self.problem.allowed_devices[b] \
-                            or not self._fits(change):
-                        continue
-                    before = self._move(change)
-                    value = self.value(tasks, last)
-                    if _better(value, best):
-                        best, kept, found = value, kept + 1, True
-                    else:
-                        self._move(before)
+            for change in self._changes(movable):  # made lazily: each sees the devices the last kept one left
+                if watch.expired:
+                    return kept
+                value = self._kept(change, tasks, last, best)
+                if value is not None:
+                    best, kept, found = value, kept + 1, True
             if not found:
                 break
         return kept
 
+    def _changes(self, movable: list[str]):
+        """Each task to another device it may use and that holds it, then two tasks holding weights swapping
+        devices (a move does the rest), where memory allows."""
+        allowed = self.problem.allowed_devices
+        for t in movable:
+            for d in allowed[t]:
+                if d != self.device[t] and self._fits({t: d}):
+                    yield {t: d}
+        heavy = [t for t in movable if self.memory[t] > 0]
+        for i, a in enumerate(heavy):
+            for b in heavy[i + 1:]:
+                da, db = self.device[a], self.device[b]
+                if da != db and db in allowed[a] and da in allowed[b] and self._fits({a: db, b: da}):
+                    yield {a: db, b: da}
+
     def _fits(self, change: Mapping[str, str]) -> bool:
-        used = dict(self.used)
+        """Whether every device ``change`` adds to holds its memory (one already over it may only shed)."""
+        added: dict[str, float] = {}
         for t, d in change.items():
-            used[self.device[t]] -= self.memory[t]
-            used[d] += self.memory[t]
-        return all(used[d] <= self.capacity[d] or used[d] <= self.used[d] for d in used)
+            added[self.device[t]] = added.get(self.device[t], 0.0) - self.memory[t]
+            added[d] = added.get(d, 0.0) + self.memory[t]
+        return all(more <= 0 or self.used[d] + more <= self.capacity[d] for d, more in added.items())
+
+    def _kept(self, change: Mapping[str, str], tasks: list[str], last: str,
+              best: tuple[float, float]) -> tuple[float, float] | None:
+        """Make ``change`` and keep it where the windows end sooner than ``best`` (their new value); undo it and
+        give None otherwise."""
+        before = self._move(change)
+        value = self.value(tasks, last)
+        if _better(value, best):
+            return value
+        self._move(before)
+        return None
 
     def _move(self, change: Mapping[str, str]) -> dict[str, str]:
         """Put each task (and its followers) on its device; the devices they had."""
