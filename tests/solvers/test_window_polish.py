@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 import diviml
-from diviml import Objective, Problem, Task, TaskGraph
+from diviml import Objective, Plan, Problem, Task, TaskGraph
 from diviml.solvers.baselines import heft, window_polish
 from diviml.solvers.engines.plans import Stopwatch, make_plan
 
@@ -98,3 +98,29 @@ def test_a_polish_cut_short_by_its_time_still_keeps_what_it_found():
     cut = window_polish.polish(problem, start, Short(30))
     assert diviml.validate(cut, problem).ok
     assert full.objective <= cut.objective < start.objective
+
+
+def _attention_like(chain_device: str) -> tuple[Problem, Plan]:
+    """A projection that runs on the V100 only, then a chain of weightless tasks passing 100 GB tensors (as
+    attention's products and softmax do), then a projection that runs on the A100 only; the chain placed on
+    ``chain_device``, and equally fast on both GPUs. Every task is a series point: each is a window of its own."""
+    tasks = [Task("in", {"cpu": 0.0}, output_bytes=1e6), Task("p", {"v100": 1.0}, memory_bytes=1e9, output_bytes=1e6)]
+    tasks += [Task(f"c{i}", {"v100": 1.0, "a100": 1.0}, output_bytes=1e11) for i in range(3)]
+    tasks += [Task("o", {"a100": 1.0}, memory_bytes=1e9, output_bytes=1e6), Task("out", {"cpu": 0.0})]
+    ids = [t.id for t in tasks]
+    problem = Problem(TaskGraph.create(tasks, list(zip(ids, ids[1:]))), diviml.preset("paper-server"),
+                      Objective("latency"))
+    placement = {"in": "cpu", "p": "v100", "c0": chain_device, "c1": chain_device, "c2": chain_device, "o": "a100",
+                 "out": "cpu"}
+    return problem, make_plan(problem, placement=placement, solver="given", status="feasible", watch=Stopwatch(10))
+
+
+def test_a_run_of_tasks_passing_large_tensors_moves_as_one():
+    # moved one at a time, each task of the chain trades one 100 GB transfer for another; moved together to the
+    # device of the next weights, the chain sends only the projection's 1 MB output
+    problem, start = _attention_like("v100")
+    _, best = _attention_like("a100")
+    plan = window_polish.polish(problem, start, Stopwatch(30))
+    assert diviml.validate(plan, problem).ok
+    assert plan.placement["c0"] == plan.placement["c1"] == plan.placement["c2"] == "a100"
+    assert plan.objective == pytest.approx(best.objective) and best.objective < 0.5 * start.objective
