@@ -124,3 +124,28 @@ def test_a_run_of_tasks_passing_large_tensors_moves_as_one():
     assert diviml.validate(plan, problem).ok
     assert plan.placement["c0"] == plan.placement["c1"] == plan.placement["c2"] == "a100"
     assert plan.objective == pytest.approx(best.objective) and best.objective < 0.5 * start.objective
+
+
+def _restricted_views(problem: Problem) -> Problem:
+    """``problem`` with the first view of each block unable to run on the A100 and the second co-located with
+    its block's join."""
+    tasks = []
+    for t in problem.graph.tasks:
+        if t.id.endswith("_0_view"):
+            t = replace(t, time={"cpu": 0.0, "v100": 0.0})
+        elif t.id.endswith("_1_view") or t.id.startswith("join"):
+            t = replace(t, colocation="block" + t.id.split("_")[0].removeprefix("b").removeprefix("join"))
+        tasks.append(t)
+    edges = [(u, v) for u in problem.graph.successors for v in problem.graph.successors[u]]
+    return Problem(TaskGraph.create(tasks, edges), problem.platform, problem.objective)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_views_go_with_their_producer_only_where_they_may_run_and_their_group_allows(seed):
+    # a weightless view follows the task it reads, unless it may not run on that task's devices or a
+    # co-location group holds it: moved along, it made the plan invalid (a crash in the polish)
+    problem = _restricted_views(_blocks(5, 200 + seed, gpu_memory_share=0.6))
+    start = heft.solve(problem, time_limit=10)
+    plan = window_polish.polish(problem, start, Stopwatch(30))
+    assert diviml.validate(plan, problem).ok and plan.objective <= start.objective
+    assert all(plan.placement[f"b{b}_0_view"] != "a100" for b in range(5))

@@ -82,14 +82,17 @@ class _State:
         self.device = {a.task: a.device for a in plan.assignments}
         heavy = set(weighted)
         self.followers: dict[str, list[str]] = {t: [] for t in order}  # weightless tasks that go where t goes
-        anchor: dict[str, str] = {}
-        for t in order:  # a weightless task reads one tensor: it follows the weighted task behind it
-            preds = graph.predecessors[t]
-            if t not in heavy and len(preds) == 1:
-                anchor[t] = anchor.get(preds[0], preds[0])
-                self.followers[anchor[t]].append(t)
-        self.anchor = anchor
         grouped = {m for members in problem.colocation_groups.values() for m in members}
+        allowed = problem.allowed_devices
+        anchor: dict[str, str] = {}
+        for t in order:  # a weightless task reads one tensor: it follows the weighted task behind it, where it
+            preds = graph.predecessors[t]  # may run wherever that task may and no co-location group holds it
+            if t not in heavy and t not in grouped and len(preds) == 1:
+                behind = anchor.get(preds[0], preds[0])
+                if set(allowed[behind]) <= set(allowed[t]):
+                    anchor[t] = behind
+                    self.followers[behind].append(t)
+        self.anchor = anchor
         self.movable = {t for t in weighted if t not in grouped}
         self.memory = {t.id: t.memory_bytes for t in graph.tasks}
         self.capacity = {d.name: d.memory_bytes for d in problem.platform.devices}
