@@ -3,9 +3,10 @@
 A series point is a task that every other task of time or memory precedes or follows (a transformer's residual
 adds and layer norms, :func:`diviml.bounds.series_points`); the weighted tasks up to one form a *window*,
 which no later window's tasks can start before. So a plan's makespan is its windows' durations summed, and a
-window can be re-placed looking at it and the next one alone: a dozen tasks to time, not the graph's
-thousands (where :mod:`.list_search` times the whole graph for every move: GPT-3's prefill gains 0.04% in
-30 s). Tasks of no time and no memory (views, permutes) follow the task they read, so a move takes them along.
+window can be re-placed looking at it and the few windows ahead alone: a few dozen tasks to time, not the
+graph's thousands (where :mod:`.list_search` times the whole graph for every move: GPT-3's prefill gains 0.04%
+in 30 s). Tasks of no time and no memory (views, permutes) follow the task they read, so a move takes them
+along, unless they may not run on every device that task may or a co-location group holds them.
 
 In order, each window's tasks (its series point included) move one at a time to another device, a run of them
 on one device (joined by edges, taking along the tasks of the windows ahead that it reaches) moves as one to a
