@@ -40,7 +40,11 @@ BEST_DEVICE_S_PER_TASK = 2e-4  # the best single device's plan, per task (GPT-3'
 # tasks, where CP-SAT on the whole graph and split's join do not leave the first plan, it is what improves on
 # HEFT (benchmarks/results/list_search.md, split_randwire.md)
 LIST_SEARCH_SHARE = 0.25
-POLISH_SHARE = 0.25  # of the time left, what the window polish of the best latency baseline may take
+# of the time left, what the window polish of the best latency baseline may take: it stops by itself once no
+# change helps (a layered DAG of hundreds of tasks: well under a second), so only a large model waits on it, where
+# the engine after it gets nowhere either (GPT-3's prefill in split's worker beside the module solves: a quarter
+# cut it short at 24.64 s, where it ends at 24.59 s in 3.5-4.5 s)
+POLISH_SHARE = 0.5
 # tasks: list search only where a piece of the graph between series points is larger than this, the size beyond
 # which exact only minimises (exact.PROBES_UP_TO): smaller pieces CP-SAT solves better, and split's join waits
 # for the baseline (layered DAGs of 120 and 320 tasks, pieces of 20: split proved them optimal in 0.8 s, and in
