@@ -136,8 +136,7 @@ def _restricted_views(problem: Problem) -> Problem:
         elif t.id.endswith("_1_view") or t.id.startswith("join"):
             t = replace(t, colocation="block" + t.id.split("_")[0].removeprefix("b").removeprefix("join"))
         tasks.append(t)
-    edges = [(u, v) for u in problem.graph.successors for v in problem.graph.successors[u]]
-    return Problem(TaskGraph.create(tasks, edges), problem.platform, problem.objective)
+    return Problem(TaskGraph.create(tasks, problem.graph.edges), problem.platform, problem.objective)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -53,7 +53,7 @@ def polish(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
     moves = 0
     for n, window in enumerate(windows):  # past the time, the rest are only timed: the order needs their times
         if not watch.expired and len(window) <= MAX_WINDOW:
-            moves += state.descend(window, state.ahead(windows[n + 1:]), watch)
+            moves += state.descend(window, state.ahead(windows, n + 1), watch)
         state.settle(window)
     if not moves:
         return plan
@@ -106,12 +106,13 @@ class _State:
             if t not in heavy and t not in anchor:
                 self.end[t] = 0.0
 
-    def ahead(self, later: list[list[str]]) -> list[str]:
-        """The windows after one, up to the first that holds weights (whose devices memory fixed), at most
-        :data:`MAX_WINDOW` tasks after the first: a move pays off there (attention's products moved to the device
-        of the output projection's weights save a transfer at that projection, two windows on)."""
+    def ahead(self, windows: list[list[str]], first: int) -> list[str]:
+        """The tasks of ``windows`` from ``first`` on, up to the first window that holds weights (whose devices
+        memory fixed), at most :data:`MAX_WINDOW` tasks after the first window: a move pays off there (attention's
+        products moved to the device of the output projection's weights save a transfer at that projection, two
+        windows on)."""
         out: list[str] = []
-        for window in later:
+        for window in (windows[k] for k in range(first, len(windows))):  # no copy of the windows left per window
             if out and len(out) + len(window) > MAX_WINDOW:
                 break
             out += window
