@@ -265,6 +265,42 @@ def test_where_a_greedy_baseline_fills_memory_into_a_corner_it_says_so_and_exact
     assert diviml.validate(plan, problem).ok and plan.placement == {"t0": "S", "t1": "S", "t2": "F"}
 
 
+def test_out_of_time_before_any_fill_fits_the_fill_goes_on_rather_than_calling_memory_tight():
+    """On this generated problem greedy's first fill (at the balanced load) does not fit the memory and a
+    later one does. Given next to no time, greedy went no further and called the problem infeasible: past the
+    time a fill now goes on until one fits, within a second."""
+    from test_cross_check import random_problem
+
+    from diviml.bounds import spread_bound, work_bound
+    from diviml.solvers.baselines import greedy
+    problem = random_problem(256, "latency")
+    base = max(work_bound(problem) or spread_bound(problem), 1e-12)
+    assert greedy._try_fill(problem, base, 1.0, problem.graph.topological_order, greedy.fastest_first(problem)) is None
+    assert validate(diviml.solve(problem, "greedy", time_limit=1e-3), problem).ok
+
+
+@pytest.mark.parametrize("solver", ["split", "exact"])
+def test_where_only_a_fill_fits_the_memory_a_short_limit_still_gets_its_plan(solver):
+    """HEFT cannot place this batch problem within the devices' memory; greedy's fill can, and is the last
+    resort of split and exact. At a short limit it had no time left and both called the problem infeasible
+    (found by fuzzing: split at 2 s on a loaded machine)."""
+    from test_cross_check import random_problem
+    problem = random_problem(21009, "batch", tasks=(12, 60), batches=(2, 12))
+    with pytest.raises(InfeasibleError):
+        diviml.solve(problem, "heft", time_limit=5)
+    plan = diviml.solve(problem, solver, time_limit=1e-3)
+    assert validate(plan, problem).ok and plan.status == "timeout"
+
+
+def test_a_fill_that_ran_out_of_time_says_so_not_that_memory_is_short(monkeypatch):
+    from test_cross_check import random_problem
+
+    from diviml.solvers.baselines import greedy
+    monkeypatch.setattr(greedy, "GRACE_S", -1.0)  # no grace: the first fill, which does not fit, is the last
+    with pytest.raises(InfeasibleError, match=r"before its time ran out \(0.001 s.*raise the time limit"):
+        diviml.solve(random_problem(256, "latency"), "greedy", time_limit=1e-3)
+
+
 @pytest.mark.parametrize("seed,kind", [(10, "pipeline"), (30, "latency")])
 def test_the_partitioner_prints_nothing_where_metis_cuts_an_empty_part(seed, kind, capfd):
     """On these generated problems METIS's recursive bisection comes to a weighted part with no vertices and

@@ -21,6 +21,10 @@ from . import best_device
 
 NAME = "greedy"
 TARGET_FACTORS = (1.0, 1.05, 1.15, 1.3, 1.6, 2.0, 3.0, math.inf)  # inf: one device, memory permitting
+# seconds past its limit that the fill goes on while no target share has fitted: a fill takes milliseconds on
+# hundreds of tasks (0.1-0.2 s on GPT-3), and without one the caller may have no plan at all (found by
+# fuzzing: under load, split at 0.2 s called a problem infeasible that a fill at 3 x the load placed)
+GRACE_S = 1.0
 
 
 def fastest_first(problem: Problem) -> list[str]:
@@ -112,7 +116,8 @@ def depth_first_order(problem: Problem) -> list[str]:
 def best_fill(problem: Problem, watch: Stopwatch, base: float | None = None):
     """(value, target factor, parts) of the best fill over the target shares of ``base`` (a lower bound on
     the load), the best one then narrowed down by bisection against the largest worse share below it; None
-    when none fits."""
+    when none fits, or none had fitted :data:`GRACE_S` past the time (past it, the shares are tried only until
+    one fits)."""
     if not base:  # the work LP in a fifth of the time left, else each task's cheapest cost spread evenly
         base = max(work_bound(problem, max(watch.left / 5, 0.05)) or spread_bound(problem), 1e-12)
     best = None
@@ -124,7 +129,7 @@ def best_fill(problem: Problem, watch: Stopwatch, base: float | None = None):
         tried[k, factor] = found[0] if found else math.inf
         if found is not None and (best is None or found[0] < best[0]):
             best = (*found, k)
-        if watch.expired:
+        if watch.expired and (best is not None or _past_grace(watch)):
             return best[:3] if best else None
     for found in _single_devices(problem):  # the fill may start on a device that cannot run it all
         if best is None or found[0] < best[0]:
@@ -151,6 +156,10 @@ def best_fill(problem: Problem, watch: Stopwatch, base: float | None = None):
 
 
 BISECTIONS = 8
+
+
+def _past_grace(watch: Stopwatch) -> bool:
+    return watch.elapsed > watch.limit + GRACE_S
 
 
 def _try_fill(problem: Problem, base: float, factor: float, order: list[str], devices: list[str]):
@@ -192,6 +201,10 @@ def fill_plan(problem: Problem, watch: Stopwatch, base: float | None = None):
         kind = problem.objective.kind
         contiguous = " in contiguous stages" if kind == "pipeline" and problem.objective.contiguous else ""
         exact = PIPELINE.get(kind, "exact or split")
+        if _past_grace(watch):
+            raise InfeasibleError(f"greedy's fill found no placement{contiguous} within the devices' memory{calls} "
+                                  f"before its time ran out ({watch.limit:g} s and {GRACE_S:g} s of grace): raise "
+                                  "the time limit")
         raise InfeasibleError(f"greedy's fill found no placement{contiguous} within the devices' memory{calls}: "
                               f"try {exact} (an exact search packs memory) or raise the memory limit")
     value, factor, parts = best

@@ -142,6 +142,9 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
         whole = _whole_graph(problem, watch, seed, workers)
         if whole is not None and (walks.best is None or whole.objective < walks.best.objective):
             return whole
+    if walks.best is None and (walks.out_of_time or watch.expired):
+        raise InfeasibleError(f"{label} found no plan within the memory limits in {time_limit:g} s, and its "
+                              "baselines none: raise the time limit")
     if walks.best is None:
         raise InfeasibleError(f"{label} found no plan within the memory limits and no baseline fits: raise the "
                               "memory limit or the module size")
