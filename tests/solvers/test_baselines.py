@@ -279,16 +279,19 @@ def test_out_of_time_before_any_fill_fits_the_fill_goes_on_rather_than_calling_m
     assert validate(diviml.solve(problem, "greedy", time_limit=1e-3), problem).ok
 
 
-@pytest.mark.parametrize("solver", ["split", "exact"])
-def test_where_only_a_fill_fits_the_memory_a_short_limit_still_gets_its_plan(solver):
-    """HEFT cannot place this batch problem within the devices' memory; greedy's fill can, and is the last
-    resort of split and exact. At a short limit it had no time left and both called the problem infeasible
-    (found by fuzzing: split at 2 s on a loaded machine)."""
+@pytest.mark.parametrize("solver", ["split", "exact", "milp"])
+@pytest.mark.parametrize("seed,kind", [(21009, "batch"), (22002, "latency")])
+def test_where_heft_cannot_pack_the_memory_a_short_limit_still_gets_a_plan(solver, seed, kind):
+    """HEFT cannot place these generated problems within the devices' memory; the last resorts can (on the
+    first greedy's fill, on the second only CP-SAT's first schedule). At a short limit they had no time left,
+    and split, exact and milp called the problems infeasible (found by fuzzing: split at 2 s on a loaded
+    machine, milp at 0.3 s): a fill now goes on past the time until one fits, and CP-SAT's first schedule has
+    half a second at least."""
     from test_cross_check import random_problem
-    problem = random_problem(21009, "batch", tasks=(12, 60), batches=(2, 12))
+    problem = random_problem(seed, kind, tasks=(12, 60), batches=(2, 12))
     with pytest.raises(InfeasibleError):
         diviml.solve(problem, "heft", time_limit=5)
-    plan = diviml.solve(problem, solver, time_limit=1e-3)
+    plan = diviml.solve(problem, solver, time_limit=0.01)
     assert validate(plan, problem).ok and plan.status == "timeout"
 
 

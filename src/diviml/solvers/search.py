@@ -50,6 +50,9 @@ POLISH_SHARE = 0.5
 # for the baseline (layered DAGs of 120 and 320 tasks, pieces of 20: split proved them optimal in 0.8 s, and in
 # 4.5 s with list search in its baseline; randomly wired networks' pieces: 241-369 tasks; GPT-3's: 46)
 LIST_SEARCH_FROM = 100
+# seconds CP-SAT's first schedule may take past the time, where no baseline fits the memory: without it the
+# solver has no plan (found by fuzzing: milp at 0.3 s refused a 40-task problem exact placed in that time)
+FIRST_SCHEDULE_S = 0.5
 
 
 def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25) -> Plan | None:
@@ -106,16 +109,16 @@ def _unless_expired(watch: Stopwatch, attempt: Callable[[], Plan | None]) -> Cal
 def packed_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
     """Where memory is too tight for the baselines above: the best of greedy's fill, the memory-proportional
     split and, where neither fits, CP-SAT's first schedule of one part per task (a search that packs memory
-    exactly), in a quarter of the time left; None where none is found. Found by fuzzing: on graphs of 30-40
-    tasks with devices of 100-400 MB, milp (HiGHS) found no schedule in 2 s where CP-SAT's first took
-    milliseconds."""
+    exactly), in a quarter of the time left and :data:`FIRST_SCHEDULE_S` at least; None where none is found.
+    Found by fuzzing: on graphs of 30-40 tasks with devices of 100-400 MB, milp (HiGHS) found no schedule in
+    2 s where CP-SAT's first took milliseconds."""
     best = best_of([lambda: greedy.solve(problem, time_limit=max(watch.left / 10, 1e-3)),
                     lambda: memory_split.solve(problem, time_limit=max(watch.left / 10, 1e-3))])
     if best is not None:
         return best
     jobs = JobGraph.whole(problem)
-    out = solve_jobs(jobs, upper=serial_upper_bound(problem), time_limit=watch.left / 4, workers=1,
-                     first_only=True)
+    out = solve_jobs(jobs, upper=serial_upper_bound(problem), time_limit=max(watch.left / 4, FIRST_SCHEDULE_S),
+                     workers=1, first_only=True)
     if out.device_of is None:
         return None
     return plan_from_jobs(jobs, out.device_of, out.start, solver="CP-SAT first schedule", status="feasible",
