@@ -239,3 +239,31 @@ def test_pricing_segments_by_their_lp_first_gives_the_bound_of_pricing_every_one
     monkeypatch.setattr(_segments, "_price", every_one_by_its_milp)
     assert memory_segments_bound(Problem(p.graph, p.platform, p.objective)) == pytest.approx(lazy, rel=1e-7)
     assert any(relaxed_calls)  # segments of more than 256 placements: the lazy walk priced them by the LP first
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_a_walk_that_stops_solving_milps_early_still_bounds_and_still_places_every_task(seed, monkeypatch):
+    # past MILPS_A_WALK segment MILPs a walk takes its cheapest walk of MILP-placed steps as the master's column
+    # and keeps, as its value, the cheapest walk over the prices known (the LP's where no MILP was solved)
+    from diviml.bounds import _segments, memory_segments_relaxation
+
+    p = _random_servers_problem(seed, tasks=(16, 40))
+    plan = diviml.solve(p, "exact", time_limit=5)
+    solved = []
+    price = _segments._price
+
+    def counting(segment, prices, entry, exit_, counts, stop, relaxed=False):
+        solved.append(not relaxed and not _segments._enumerable(segment))
+        return price(segment, prices, entry, exit_, counts, stop, relaxed)
+
+    monkeypatch.setattr(_segments, "_price", counting)
+    milps = {}
+    for cap in (0, 10 ** 6):
+        monkeypatch.setattr(_segments, "MILPS_A_WALK", cap)
+        solved.clear()
+        fresh = Problem(p.graph, p.platform, p.objective)
+        assert 0 < memory_segments_bound(fresh) <= plan.objective * (1 + 1e-9)
+        milps[cap] = sum(solved)
+        for mix in memory_segments_relaxation(fresh).mixes:
+            assert all(set(kinds) == {t.id for t in p.graph.tasks} for _, kinds in mix)
+    assert milps[0] < milps[10 ** 6]
