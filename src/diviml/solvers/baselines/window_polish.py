@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from itertools import islice
 
 from ...bounds import series_points, windows_of
 from ...plan import Plan
@@ -112,7 +113,7 @@ class _State:
         products moved to the device of the output projection's weights save a transfer at that projection, two
         windows on)."""
         out: list[str] = []
-        for window in (windows[k] for k in range(first, len(windows))):  # no copy of the windows left per window
+        for window in islice(windows, first, None):  # no copy of the windows left per window
             if out and len(out) + len(window) > MAX_WINDOW:
                 break
             out += window
