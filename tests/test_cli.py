@@ -208,3 +208,21 @@ def test_a_malformed_file_is_named_with_the_field_and_what_is_allowed(tmp_path):
         r = run("schedule", *args, "--quiet")
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert all(w in r.stderr for w in words), r.stderr
+
+
+def test_profile_says_which_types_it_measured(tmp_path):
+    r = run("profile", "gpt-tiny", "--platform", "cpu-h100", "--json", "--out", tmp_path / "g.json", "--min-time", "0",
+            "--repeats", "1", "--quiet")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["measured_types"] == ["host"]
+    assert out["notes"] == []  # no GPU measured: the platform's H100 has the roofline, as asked
+
+
+def test_a_platform_gpu_of_another_type_than_the_gpu_measured_is_named():
+    # on a lent H200 the cpu-h100 preset's GPU kept the catalogue's H100 roofline while the times measured
+    # there were recorded as h200: plans were predicted 2.6x faster than they ran
+    from diviml.cli._commands import _unmeasured_gpus
+    [note] = _unmeasured_gpus("cpu-h100", ["h200"])
+    assert "h100 is a h100-sxm" in note and "give h100 the type h200" in note
+    assert _unmeasured_gpus("cpu-h100", ["h100-sxm"]) == [] and _unmeasured_gpus("cpu-h100", []) == []

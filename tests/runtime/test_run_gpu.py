@@ -106,3 +106,34 @@ def test_the_command_line_profiles_on_both_schedules_and_runs_over_them(tmp_path
                          tmp_path / "measured.yaml"))
     assert out["outputs_match"] and out["predicted_s"] > 0 and out["measured_s"] > 0
     assert (tmp_path / "measured.yaml").exists()
+
+
+def test_a_plan_over_the_cpu_and_the_gpu_as_two_ranks_gives_the_unsplit_modules_outputs(tmp_path):
+    """A rank per device: the CPU's pieces in one process, the GPU's in another, values sent through gloo on
+    the host (a GPU value staged through host memory both ways)."""
+    platform = cpu_and_gpu()
+    problem = Problem(profiled_on_both("gpt-tiny"), platform, Objective("latency"))
+    rng = random.Random(2)
+    placed(problem, {t.id: rng.choice(["cpu", "gpu"]) for t in problem.graph.tasks}).save(tmp_path / "plan.json")
+    (tmp_path / "p.json").write_text(json.dumps(platform.to_dict()))
+    r = subprocess.run([sys.executable, "-m", "diviml", "run", "gpt-tiny", tmp_path / "plan.json", "--platform",
+                        tmp_path / "p.json", "--nproc", "2", "--repeats", "2", "--json", "--quiet"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["outputs_match"] is True and out["world_size"] == 2
+    assert out["devices"] == {"cpu": "rank 0: cpu", "gpu": "rank 1: cuda:0"}
+    assert out["handoffs"] and all(h["seconds"] >= 0 for h in out["handoffs"])
+
+
+def test_a_plan_gpu_of_another_type_than_the_gpu_it_runs_on_is_noted():
+    here = measured_device_type("cuda")
+    other = "v100" if here != "v100" else "a100"
+    platform = diviml.Platform.from_dict({"name": "cpu-and-another-gpu", "devices": [
+        {"name": "cpu", "type": "host", "host": True, "threads": 4},
+        {"name": "gpu", "type": other, "link": {"bandwidth": 2e10, "latency": 2e-5}}]})
+    problem = Problem(profiled_on_both("gpt-tiny"), platform, Objective("latency"))
+    plan = placed(problem, {t.id: "gpu" for t in problem.graph.tasks})
+    report = run("gpt-tiny", plan, platform, problem=problem, repeats=1, warmup=1)
+    assert report.outputs_match
+    assert any(f"gpu is a {other} in the platform" in n and f"type {here}" in n for n in report.notes)

@@ -11,6 +11,7 @@ from pathlib import Path
 from .. import solvers
 from ..errors import InputError
 from ..frontends import neurips2020
+from ..frontends.host import HOST_TYPE
 from ..frontends.models import model_graph, names_a_model
 from ..graph import write_files_atomic
 from ..io import DEFAULT_PLATFORM, Input, load_input, problem_of
@@ -237,7 +238,22 @@ def cmd_profile(args) -> dict:
                        "median_error_after": c.error_after, "tasks": c.tasks}
     return {"calibration": calibration, "model": source.name, "threads": threads, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
             "flops": sum(t.flops or 0.0 for t in graph.tasks), "memory_bytes": sum(t.memory_bytes for t in graph.tasks),
-            "total_time_s": times, "measured": measured, "written": [args.out] if args.out else []}
+            "total_time_s": times, "measured": measured, "measured_types": [t for t in types if t],
+            "notes": _unmeasured_gpus(args.platform, [t for t in types if t and t != HOST_TYPE]),
+            "written": [args.out] if args.out else []}
+
+
+def _unmeasured_gpus(platform_file: str | None, measured_gpus: list[str]) -> list[str]:
+    """Where GPUs were measured, a note for each GPU of the platform whose type was not: the graph gives it
+    the catalogue's roofline, and plans for that platform are solved with it."""
+    if not platform_file or not measured_gpus:
+        return []
+    from ..platform import Platform
+    platform = Platform.load(platform_file)
+    return [f"{d.name} is a {d.type} in platform {platform.name!r}, but the GPU measured here is a "
+            f"{' and a '.join(measured_gpus)}: the graph gives {d.type} the catalogue's roofline; to plan with the "
+            f"times measured here, give {d.name} the type {measured_gpus[0]}"
+            for d in platform.devices if not d.is_host and d.type not in measured_gpus]
 
 
 def _measured_devices(text: str) -> list:

@@ -42,13 +42,15 @@ def _print_profile(out: dict) -> None:
           f"{out['flops'] / 1e9:.3g} GFLOP, {out['memory_bytes'] / 1e6:.4g} MB of weights")
     width = max(map(len, out["total_time_s"]), default=0)
     for dt, t in out["total_time_s"].items():
-        how = ("measured" if dt == out["measured"] else
+        how = ("measured" if dt in out["measured_types"] else
                "derived from host" if dt == "cpu" and out["measured"] == "host" else "roofline")
         print(f"  {dt:<{width}}  {t * 1e3:>10.4g} ms  ({how})")
     c = out["calibration"]
     if c:
         print(f"  roofline vs measured on {c['device_type']}: median operator error {100 * c['median_error_before']:.0f}%, "
               f"{100 * c['median_error_after']:.0f}% after scaling by {c['scale']:.3g}")
+    for n in out["notes"]:
+        print(f"  note: {n}")
     for p in out["written"]:
         print(f"wrote {p}")
 

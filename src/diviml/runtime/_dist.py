@@ -15,10 +15,39 @@ import sys
 import tempfile
 import time
 from datetime import timedelta
+from typing import NamedTuple
 
 from ..errors import DivimlError, InputError
 
 TIMEOUT_S = 30.0  # a rank that waits this long for a peer gives up (a dead peer ends the run, no hang)
+
+
+class ValueMeta(NamedTuple):
+    """A value's shape, dtype and memory order as the unsplit program makes it (shape None, dtype int: a size)."""
+    shape: tuple[int, ...] | None
+    dtype: object
+    order: tuple[int, ...] = ()  # dimensions from outermost to innermost in memory
+
+
+def memory_order(shape, stride) -> tuple[int, ...]:
+    """A dense tensor's dimensions from outermost to innermost in memory; the plain order for any other.
+
+    A value crosses ranks as one contiguous buffer; sent in this order and permuted back on arrival it keeps
+    the layout it was made with, as a copy between devices of one process does (``Tensor.to``), so an
+    operator after it that needs that layout (``view`` of a permuted value) runs on the other rank too.
+
+    >>> memory_order((2, 3, 4), (12, 1, 3))
+    (0, 2, 1)
+    >>> memory_order((2, 3), (0, 1))  # expanded: not dense, sent contiguous
+    (0, 1)
+    """
+    dims = sorted(range(len(shape)), key=lambda i: (-stride[i], i))
+    expected = 1
+    for i in reversed(dims):
+        if shape[i] != 1 and stride[i] != expected:
+            return tuple(range(len(shape)))
+        expected *= shape[i]
+    return tuple(dims)
 
 
 def rank_of_devices(platform, world: int) -> dict[str, int]:
@@ -72,16 +101,21 @@ class Comm:
         if name not in self.needs or self.src[name] != self.rank:
             return []
         import torch
-        host = torch.tensor([value]) if isinstance(value, int) else value.detach().cpu().contiguous()
+        order = self.meta[name].order
+        host = torch.tensor([value]) if isinstance(value, int) else value.detach().permute(order).cpu().contiguous()
         return [_Sent(dist.isend(host, r, tag=self.tag[name]), host) for r in sorted(self.needs[name])]
 
     def recv(self, name: str):
         import torch
         import torch.distributed as dist
-        shape, dtype = self.meta[name]
-        buffer = torch.empty((1,) if dtype is int else shape, dtype=torch.int64 if dtype is int else dtype)
+        shape, dtype, order = self.meta[name]
+        if dtype is int:
+            size = torch.empty((1,), dtype=torch.int64)
+            dist.recv(size, self.src[name], tag=self.tag[name])
+            return int(size[0])
+        buffer = torch.empty([shape[i] for i in order], dtype=dtype)
         dist.recv(buffer, self.src[name], tag=self.tag[name])
-        return int(buffer[0]) if dtype is int else buffer
+        return buffer.permute(sorted(range(len(order)), key=order.__getitem__))  # back to the value's own order
 
 
 class _Sent:

@@ -110,10 +110,10 @@ class Executor:
             self._run_pieces(self._own, self._own_stream)
         self._done.wait()
         wall = time.perf_counter() - self.t0
+        if self.errors:  # before waiting on sends: a peer waiting on a value never made would hide the error
+            raise self.errors[0]
         for work in self.sends:
             work.wait()
-        if self.errors:
-            raise self.errors[0]
         results = {}
         for v in self.program.results:
             d = self.program.producer[v]

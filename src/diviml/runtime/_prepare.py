@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..frontends._torch import float32_in_full
 from ..plan import Plan
-from ._dist import Comm, init, rank_of_devices
+from ._dist import Comm, ValueMeta, init, memory_order, rank_of_devices
 from ._execute import Executor
 from ._pieces import cut
 from ._rows import split_rows
@@ -45,6 +45,25 @@ def torch_devices(platform, devices: list[str], rank_of: dict[str, int], rank: i
         out[name] = torch.device("cuda", gpus)
         gpus += 1
     return out
+
+
+def gpu_type_notes(platform, devices: dict) -> list[str]:
+    """A note for each plan GPU that runs on a GPU of another type than the platform gives it: the plan was
+    solved, and is predicted, with the times of the platform's type (measured on that GPU, or the catalogue's
+    roofline), not with this GPU's."""
+    import torch
+
+    from ..frontends.pytorch import measured_device_type
+    notes = []
+    for name, device in devices.items():
+        if device.type != "cuda":
+            continue
+        here, given = measured_device_type(str(device)), platform.by_name[name].type
+        if here != given:
+            notes.append(f"{name} is a {given} in the platform but runs on {torch.cuda.get_device_name(device)} "
+                         f"(type {here}): the prediction uses the {given}'s times, not this GPU's; profile with "
+                         f"--device cpu,cuda and give {name} the type {here} to predict this GPU")
+    return notes
 
 
 def _tolerance(platform, used: list[str], torch) -> dict:
@@ -177,17 +196,17 @@ def _check_edges(captured, graph) -> None:
 
 
 def _reference(captured, runnable, program, torch):
-    """The unsplit module's results (flat, in the program's order) and every tensor value's shape and dtype
-    in the program that runs (``runnable``: the captured one, or its rewrite into sub-batch jobs)."""
-    meta: dict[str, tuple] = {}
+    """The unsplit module's results (flat, in the program's order) and every tensor value's shape, dtype and
+    memory order in the program that runs (``runnable``: the captured one, or its rewrite into sub-batch jobs)."""
+    meta: dict[str, ValueMeta] = {}
 
     class Recorder(torch.fx.Interpreter):
         def run_node(self, node):
             value = super().run_node(node)
             if isinstance(value, torch.Tensor):
-                meta[node.name] = (tuple(value.shape), value.dtype)
+                meta[node.name] = ValueMeta(tuple(value.shape), value.dtype, memory_order(value.shape, value.stride()))
             elif isinstance(value, int):  # a size read off an input (dynamic batch): sent as a one-element tensor
-                meta[node.name] = (None, int)
+                meta[node.name] = ValueMeta(None, int)
             return value
 
     with torch.no_grad():

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import ValidationError
 from ..plan import Plan
 from ._calibrate import Handoff, piece_waits
-from ._prepare import _placed, _prepare, _Prepared
+from ._prepare import _placed, _prepare, _Prepared, gpu_type_notes
 from ._rows import job_id, sample_offsets
 from ._source import ModelSource
 
@@ -140,6 +140,7 @@ def _report(prepared: _Prepared, timed: "_Timed", repeats: int, warmup: int) -> 
     if not one_host:
         handoffs = tuple(h for h in handoffs if p.rank_of.get(h.src) == p.rank_of.get(h.dst))
     pieces = _piece_reports(p.program, runs, spans, lead)
+    notes.extend(gpu_type_notes(p.platform, {d: p.executor.torch_device[d] for d in p.executor.local}))
     if p.source.batch_fixed is None and p.batch != p.plan.batch_size:
         notes.append(f"ran at batch {p.batch}, the plan was made for batch {p.plan.batch_size}")
     return RunReport(p.source.name, p.batch, p.plan.objective_kind, p.world, _placed(p.platform, p.used, p.rank_of),
@@ -239,10 +240,10 @@ def _shifted(timings, by: float) -> list:
 
 
 def _nbytes(meta) -> int:
-    """Bytes of a value from its recorded (shape, dtype); 8 for a size sent as an int."""
+    """Bytes of a value from its recorded shape and dtype; 8 for a size sent as an int."""
     if meta is None:
         return 0
-    shape, dtype = meta
+    shape, dtype, _ = meta
     if shape is None:
         return 8
     return math.prod(shape) * dtype.itemsize

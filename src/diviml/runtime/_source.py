@@ -48,6 +48,10 @@ def model_source(spec: str) -> ModelSource:
 
 
 def _call_factory(factory, spec: str):
+    """The factory's (module, inputs), called with torch's generator seeded: every rank of a run (and every
+    process: profile, run) builds the same random weights and inputs."""
+    import torch
+    torch.manual_seed(0)
     try:
         out = factory()
         module, example = out
