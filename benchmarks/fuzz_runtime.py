@@ -10,13 +10,21 @@ error) is a finding. Prints each outcome, then a table of counts written to benc
     python benchmarks/fuzz_runtime.py                                  # every model below, 3 seeds
     python benchmarks/fuzz_runtime.py --models gpt-tiny resnet18 --seeds 10
     python benchmarks/fuzz_runtime.py --first-seed 100                 # plans not drawn before
+    python benchmarks/fuzz_runtime.py --nproc 2 --out results/fuzz_runtime_ranks.md   # a rank per worker
+
+With ``--nproc 2`` each plan runs as two gloo ranks through the command line (``diviml run --nproc 2``): the
+values that cross workers are sent between processes. A one-line refusal (exit status 2) that is not a
+mismatch or a failed rank counts as refused, as an ``InputError`` does in one process.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections import Counter
@@ -66,11 +74,32 @@ def outcome(name: str, problem: Problem, parts: dict) -> str:
     return "outputs match" if report.outputs_match else f"FINDING outputs differ by {report.max_abs_error:.3g}"
 
 
+def outcome_as_ranks(name: str, problem: Problem, parts: dict, nproc: int) -> str:
+    """The same, run as ``nproc`` ranks by ``diviml run --nproc``."""
+    with tempfile.TemporaryDirectory() as d:
+        plan = Path(d) / "plan.json"
+        plan_from_parts(problem, parts).save(plan)
+        r = subprocess.run([sys.executable, "-m", "diviml", "run", name, plan, "--platform", PLATFORM.name,
+                            "--nproc", str(nproc), "--repeats", "1", "--warmup", "0", "--batch",
+                            str(problem.batch_size), "--json", "--quiet"], capture_output=True, text=True,
+                           timeout=600)
+    error = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+    if r.returncode == 0:
+        report = json.loads(r.stdout)
+        return "outputs match" if report["outputs_match"] else f"FINDING outputs differ by {report['max_abs_error']:.3g}"
+    if r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not any(
+            k in error for k in ("outputs differ", "failed (exit status", "Traceback")):
+        return f"refused: {error.removeprefix('diviml: error: ')[:160]}"
+    return f"FINDING exit {r.returncode}: {error[:300]}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=MODELS)
     parser.add_argument("--seeds", type=int, default=3, help="seeds per model (default 3)")
     parser.add_argument("--first-seed", type=int, default=0, help="draw seeds from here on (default 0)")
+    parser.add_argument("--nproc", type=int, default=1, help="run each plan as this many ranks (default 1)")
+    parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     counts: Counter = Counter()
     for name in args.models:
@@ -82,17 +111,19 @@ def main() -> None:
             rng = random.Random(seed)
             for problem in problems:
                 style, parts = random_parts(rng, problem)
-                said = outcome(name, problem, parts)
+                said = (outcome(name, problem, parts) if args.nproc == 1 else
+                        outcome_as_ranks(name, problem, parts, args.nproc))
                 counts[said.split(":")[0] if said.startswith("refused") else said[:40]] += 1
                 print(f"{name} seed {seed} {style}: {said}", flush=True)
         print(f"{name}: {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
-    lines = ["# Fuzzing the runtime: random plans run over cpu-workers-2", "",
+    lines = ["# Fuzzing the runtime: random plans run over cpu-workers-2" + (
+        f" as {args.nproc} ranks" if args.nproc > 1 else ""), "",
              f"`python {' '.join(sys.argv)}`: {len(args.models)} models ({', '.join(args.models)}), {args.seeds} "
              f"seeds from {args.first_seed}, a random latency plan and a random batch-4 plan each.", "", "| outcome | plans |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in counts.most_common()]
     text = "\n".join(lines) + "\n"
     print(text)
-    OUT.write_text(text)
+    args.out.write_text(text)
 
 
 if __name__ == "__main__":

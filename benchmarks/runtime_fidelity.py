@@ -20,6 +20,7 @@ piece instead (a piece per task against one piece, one worker).
     # on a machine with an H100 (benchmarks/gpu_session.sh runs these on a lent one)
     python benchmarks/runtime_fidelity.py --cuda-link --platform-out cpu-h100-measured.yaml
     python benchmarks/runtime_fidelity.py --platforms cpu-h100-measured.yaml --out results/runtime_fidelity_h100.md
+    python benchmarks/runtime_fidelity.py --platforms cpu-h100-measured.yaml --nproc 1 2   # one process; a rank per device
 """
 
 from __future__ import annotations
@@ -73,11 +74,13 @@ class Case:
 def row(model: str, case: Case, work: Path, repeats: int, min_time: float) -> dict:
     from diviml.platform import Platform
     tag = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{model}-{case.label}").strip("-")
-    g = work / f"{tag}.json"
     on_gpu = not all(d.is_host for d in Platform.load(case.platform).devices)
     batches = ",".join(str(b) for b in (1, 2, 4, 8, 16, 32) if b <= case.batch) if case.objective == "batch" else "1"
-    diviml("profile", model, "--platform", case.platform, "--out", g, "--min-time", min_time, "--batch", batches,
-           *(["--device", "cpu,cuda"] if on_gpu else []))
+    # one profile per model, platform and batches: rows that differ only in ranks solve on the same graph
+    g = work / re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{model}-{Path(case.platform).stem}-b{batches}.json")
+    if not g.exists():
+        diviml("profile", model, "--platform", case.platform, "--out", g, "--min-time", min_time, "--batch",
+               batches, *(["--device", "cpu,cuda"] if on_gpu else []))
     run_args = ["--platform", case.platform, "--repeats", repeats] + (["--nproc", case.nproc] if case.nproc > 1 else [])
     solve = ["--objective", case.objective, "--time-limit", case.time_limit] + (
         ["--batch", case.batch] if case.objective == "batch" else [])
@@ -181,14 +184,23 @@ def cuda_link(platform_out: Path | None) -> str:
     lines += [f"| {n} | {a * 1e6:.1f} | {b * 1e6:.1f} |" for n, a, b in points]
     lines += ["", f"Fit for the GPU's link: latency {latency * 1e6:.1f} us (median up to 16 KiB, both ways), "
               f"bandwidth {bandwidth / 1e9:.2f} GB/s (between 1 and 16 MiB, both ways)."]
-    if platform_out is not None:
+    if platform_out is not None:  # the cpu-h100 preset with this GPU in it: its type as profiles record it
+        from diviml.frontends.pytorch import measured_device_type
+        gpu_type, name = measured_device_type("cuda"), torch.cuda.get_device_name(0)
         data = preset("cpu-h100").to_dict()
+        data["name"] = f"cpu-{gpu_type}-measured"
+        data["description"] = (f"This machine's CPU (8 intra-op threads) and its {name} in one process, the link "
+                               "measured by runtime_fidelity.py --cuda-link")
         for d in data["devices"]:
             if "link" in d:
-                d["link"] = {"bandwidth": float(f"{bandwidth:.3g}"), "latency": float(f"{latency:.3g}")}
-        data.setdefault("sources", {})["h100 link"] = (
-            f"measured by 'python benchmarks/runtime_fidelity.py --cuda-link' on {torch.cuda.get_device_name(0)}: "
-            "pageable copies as the runtime makes them")
+                d.update(name=gpu_type, type=gpu_type, memory=float(torch.cuda.get_device_properties(0).total_memory),
+                         link={"bandwidth": float(f"{bandwidth:.3g}"), "latency": float(f"{latency:.3g}")})
+        sources = data.setdefault("sources", {})
+        for key in [k for k in sources if k.startswith("h100")]:
+            del sources[key]
+        sources[f"{gpu_type} link"] = (f"measured by 'python benchmarks/runtime_fidelity.py --cuda-link' on {name}: "
+                                       "pageable copies as the runtime makes them")
+        sources[f"{gpu_type} memory"] = f"torch.cuda.get_device_properties: {name}"
         platform_out.write_text(yaml.safe_dump(data, sort_keys=False))
     return "\n".join(lines) + "\n"
 
@@ -299,6 +311,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--min-time", type=float, default=2.0, help="profiling seconds per model")
     parser.add_argument("--machine", default="2 cores, shared", help="what the table says it ran on")
+    parser.add_argument("--nproc", type=int, nargs="+",
+                        help="run each platform as each of these numbers of ranks (default: cpu-ranks-2 as 2, "
+                             "the others as 1; 2 on a CPU + GPU platform is a rank per device)")
     parser.add_argument("--link", action="store_true", help="measure gloo's send/recv cost instead")
     parser.add_argument("--cuda-link", action="store_true", help="measure host <-> GPU copies instead")
     parser.add_argument("--platform-out", type=Path, help="--cuda-link: write cpu-h100 with the measured link here")
@@ -326,9 +341,9 @@ def main() -> None:
             work = args.keep or Path(d)
             work.mkdir(parents=True, exist_ok=True)
             for model in args.models:
-                for platform in args.platforms:
-                    case = Case(platform, nprocs.get(platform, 1), args.objective,
-                                args.batch if args.objective == "batch" else 1, args.time_limit)
+                for platform, nproc in [(p, n) for p in args.platforms for n in args.nproc or [nprocs.get(p, 1)]]:
+                    case = Case(platform, nproc, args.objective, args.batch if args.objective == "batch" else 1,
+                                args.time_limit)
                     t0 = time.perf_counter()
                     try:
                         rows.append(row(model, case, work, args.repeats, args.min_time))
