@@ -13,8 +13,8 @@ error) is a finding. Prints each outcome, then a table of counts written to benc
     python benchmarks/fuzz_runtime.py --nproc 2 --out results/fuzz_runtime_ranks.md   # a rank per worker
 
 With ``--nproc 2`` each plan runs as two gloo ranks through the command line (``diviml run --nproc 2``): the
-values that cross workers are sent between processes. A one-line refusal (exit status 2) that is not a
-mismatch or a failed rank counts as refused, as an ``InputError`` does in one process.
+values that cross workers are sent between processes. A one-line refusal (exit status 2, a rank's own
+included) that is not a mismatch counts as refused, as an ``InputError`` does in one process.
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ def outcome_as_ranks(name: str, problem: Problem, parts: dict, nproc: int) -> st
     if r.returncode == 0:
         report = json.loads(r.stdout)
         return "outputs match" if report["outputs_match"] else f"FINDING outputs differ by {report['max_abs_error']:.3g}"
-    if r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not any(
-            k in error for k in ("outputs differ", "failed (exit status", "Traceback")):
+    # a rank that refused the plan in one line exits with status 2 too, and the launcher names it
+    if r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "outputs differ" not in error and (
+            "failed (exit status" not in error or "failed (exit status 2)" in error):
         return f"refused: {error.removeprefix('diviml: error: ')[:160]}"
     return f"FINDING exit {r.returncode}: {error[:300]}"
 
