@@ -2,11 +2,13 @@
 # The runtime's checks on a lent GPU machine (the workplace's device tool), as one prepared script: host <-> GPU
 # copies, plans over the CPU and the GPU run beside their predictions (batch 1 in one process, batch 1 as a rank
 # per device, and a batch of 8; graphs, plans and run reports kept in $OUT/keep.tar.gz), what two workers of one
-# process cost each other, and the CUDA tests. Run from the repository root there, with the wheels diviml needs
-# and the machine lacks in .whl/ (see the tool's README); each stage stops at its own time limit, so the stages
-# before it keep their results; tables are named after the GPU (runtime_fidelity_h200.md on an H200):
-#     LATENCY_S=200 RANKS_S=200 BATCH_S=170 TESTS_S=200 bash benchmarks/gpu_session.sh contention latency ranks batch tests
-# (on a lent H100 in session 39, 110 s ran out with six of the eight CUDA tests done)
+# process cost each other, a one-piece plan on the GPU against its profile (overhead), and the CUDA tests. Run
+# from the repository root there, with the wheels diviml needs and the machine lacks in .whl/ (see the tool's
+# README); each stage stops at its own time limit, so the stages before it keep their results; tables are
+# named after the GPU (runtime_fidelity_h200.md on an H200):
+#     LATENCY_S=200 RANKS_S=200 BATCH_S=170 TESTS_S=200 bash benchmarks/gpu_session.sh overhead latency ranks tests
+# (on a lent H100 in session 39, 110 s ran out with six of the eight CUDA tests done; on a lent H200 in session
+# 47, latency with two models took 138 s, ranks ran out at 150 s after googlenet, tests at 170 s after seven)
 set -u
 OUT=${OUT:-/tmp/diviml-gpu}
 mkdir -p "$OUT"
@@ -33,6 +35,10 @@ run_table() {  # objective, seconds, models, output name, ranks
 for stage in "$@"; do
   case $stage in
     contention) timeout 90 python3 benchmarks/runtime_contention.py --out "$OUT/runtime_contention_$GPU.md" ;;
+    overhead)  # a one-piece plan on the GPU against its profile and the module called directly, in one process
+      timeout "${OVERHEAD_S:-150}" python3 benchmarks/runtime_fidelity.py --overhead --device cuda --min-time 0.5 \
+          --models ${OVERHEAD_MODELS:-googlenet randwire-ws-s0 resnet50} --out "$OUT/runtime_overhead_$GPU.md" \
+          2> "$OUT/runtime_overhead_$GPU.log"; cat "$OUT/runtime_overhead_$GPU.md" ;;
     latency) run_table latency "${LATENCY_S:-360}" "${LATENCY_MODELS:-resnet50 googlenet inception_v3 gpt2-small randwire-ws-s0}" runtime_fidelity_$GPU 1 ;;
     ranks) run_table latency "${RANKS_S:-300}" "${RANKS_MODELS:-googlenet randwire-ws-s0}" runtime_fidelity_${GPU}_ranks 2 ;;
     batch) run_table batch "${BATCH_S:-300}" "${BATCH_MODELS:-resnet50 googlenet inception_v3}" runtime_fidelity_${GPU}_batch 1 ;;

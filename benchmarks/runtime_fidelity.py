@@ -17,6 +17,7 @@ piece instead (a piece per task against one piece, one worker).
     python benchmarks/runtime_fidelity.py                       # the table
     python benchmarks/runtime_fidelity.py --link                # gloo send/recv cost between two ranks here
     python benchmarks/runtime_fidelity.py --overhead            # the runtime's cost per piece
+    python benchmarks/runtime_fidelity.py --overhead --device cuda --models googlenet   # and a GPU's piece vs its profile
     # on a machine with an H100 (benchmarks/gpu_session.sh runs these on a lent one)
     python benchmarks/runtime_fidelity.py --cuda-link --platform-out cpu-h100-measured.yaml
     python benchmarks/runtime_fidelity.py --platforms cpu-h100-measured.yaml --out results/runtime_fidelity_h100.md
@@ -252,35 +253,48 @@ def link() -> str:
     return "\n".join(lines) + "\n"
 
 
-def overhead(models: list[str], runs: int) -> str:
+def overhead(models: list[str], runs: int, device: str = "cpu", min_time: float = 0.5) -> str:
     """The runtime's cost per piece, on one worker in one process (same threads, same inputs): the captured
     module called directly, the whole model as one piece, and a piece per task; per piece = (per-task run -
-    one-piece run) / (pieces - 1). Blocks of each in turn, medians of ``runs``."""
+    one-piece run) / (pieces - 1). Blocks of each in turn, medians of ``runs``. Beside them, what the profile
+    predicts for the one piece on ``device`` (its operators' medians summed, as a one-device plan adds them):
+    on a GPU, where a one-piece plan has run 1.1-2.6x its profile, this says whether the program or the
+    runtime takes the time."""
     import torch
 
     from diviml.frontends.pytorch import capture_at, task_of_nodes
+    from diviml.frontends.pytorch._measure import measure
+    from diviml.frontends.pytorch._profile import on_device
     from diviml.runtime import cut, model_source
     from diviml.runtime._execute import Executor
     torch.set_num_threads(1)
+    target = torch.device(device)
+    sync = (lambda: torch.cuda.synchronize(target)) if target.type == "cuda" else (lambda: None)
     lines = ["# Runtime overhead per piece", "",
-             "Command: `python benchmarks/runtime_fidelity.py --overhead`; one process, one worker of one thread; "
-             f"blocks of {runs // 3} runs of each in turn after a warm-up block, medians. 'one piece': the whole "
-             "model as one piece against the captured module called directly. 'per piece': (a piece per task - one "
-             "piece) / (pieces - 1), what the runtime adds for each piece it runs.", "",
-             "| model | direct (ms) | one piece (ms) | one piece - direct (us) | pieces | a piece per task (ms) | "
-             "per piece (us) |", "|---|---|---|---|---|---|---|"]
+             f"Command: `python {' '.join(sys.argv)}`; one process, one worker ({device}; one intra-op thread); "
+             f"blocks of {runs // 3} runs of each in turn after a warm-up block, medians. 'profile': the "
+             f"operators' medians as `diviml profile` measures them (min-time {min_time} s), summed: what a "
+             "one-device plan predicts. 'direct': the captured module called (and synchronised, on a GPU). 'one "
+             "piece': the whole model as one piece. 'per piece': (a piece per task - one piece) / (pieces - 1), "
+             "what the runtime adds for each piece it runs.", "",
+             "| model | profile (ms) | direct (ms) | one piece (ms) | one piece - direct (us) | pieces | "
+             "a piece per task (ms) | per piece (us) |", "|---|---|---|---|---|---|---|---|"]
     for name in models:
         source = model_source(name)
         torch.manual_seed(0)
         captured = capture_at(source.build(), source.inputs, 1)
+        if target.type != "cpu":
+            captured = on_device(captured, device)
+        profiled = sum(statistics.median(r.times) for r in measure(captured, repeats=5, threads=1,
+                                                                   min_time_s=min_time) if r.times)
         tasks = list(dict.fromkeys(task_of_nodes(captured).values()))
         values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
         executors = []
         for max_tasks in (None, 1):
             program = cut(captured, {"worker0": tasks}, max_tasks=max_tasks)
-            executors.append(Executor(program, {"worker0": torch.device("cpu")}, {"worker0": 1},
+            executors.append(Executor(program, {"worker0": target}, {"worker0": 1},
                                       {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs}))
-        calls = [lambda: captured.gm(*captured.args)] + [e.run for e in executors]
+        calls = [lambda: (captured.gm(*captured.args), sync())] + [e.run for e in executors]
         samples: list[list[float]] = [[] for _ in calls]
         with torch.no_grad():
             for block in range(4):  # blocks of each in turn: alternating single calls disturbs both
@@ -292,10 +306,10 @@ def overhead(models: list[str], runs: int) -> str:
                             into.append(time.perf_counter() - t0)
         for e in executors:
             e.close()
-        direct, one, each = (statistics.median(s) for s in samples)
+        direct, one, each = (statistics.median(x) for x in samples)
         k = sum(len(p) for p in executors[1].program.pieces.values())
-        lines.append(f"| {name} | {direct * 1e3:.3f} | {one * 1e3:.3f} | {(one - direct) * 1e6:.0f} | {k} | "
-                     f"{each * 1e3:.3f} | {(each - one) / max(1, k - 1) * 1e6:.1f} |")
+        lines.append(f"| {name} | {profiled * 1e3:.3f} | {direct * 1e3:.3f} | {one * 1e3:.3f} | "
+                     f"{(one - direct) * 1e6:.0f} | {k} | {each * 1e3:.3f} | {(each - one) / max(1, k - 1) * 1e6:.1f} |")
         print(lines[-1], file=sys.stderr)
     return "\n".join(lines) + "\n"
 
@@ -318,6 +332,7 @@ def main() -> None:
     parser.add_argument("--cuda-link", action="store_true", help="measure host <-> GPU copies instead")
     parser.add_argument("--platform-out", type=Path, help="--cuda-link: write cpu-h100 with the measured link here")
     parser.add_argument("--overhead", action="store_true", help="measure the runtime's cost per piece instead")
+    parser.add_argument("--device", default="cpu", help="--overhead: the torch device of its worker (cpu, cuda)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--keep", type=Path, help="keep the graphs, plans and run reports (--json) in this folder")
     args = parser.parse_args()
@@ -330,7 +345,7 @@ def main() -> None:
         target = args.out or CUDA_LINK_OUT
     elif args.overhead:
         models = list(dict.fromkeys(args.models + ["gpt-tiny"] if args.models == MODELS else args.models))
-        text = overhead(models, max(args.repeats, 30))
+        text = overhead(models, max(args.repeats, 30), args.device, args.min_time)
         target = args.out or OVERHEAD_OUT
     else:
         rows: list[dict] = []
