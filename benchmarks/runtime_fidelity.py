@@ -72,13 +72,18 @@ class Case:
             f", batch {self.batch}" if self.objective == "batch" else "")
 
 
+def _file_name(text: str) -> str:
+    """``text`` with every run of characters a file name should not hold made one '-'."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
+
+
 def row(model: str, case: Case, work: Path, repeats: int, min_time: float) -> dict:
     from diviml.platform import Platform
-    tag = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{model}-{case.label}").strip("-")
+    tag = _file_name(f"{model}-{case.label}")
     on_gpu = not all(d.is_host for d in Platform.load(case.platform).devices)
     batches = ",".join(str(b) for b in (1, 2, 4, 8, 16, 32) if b <= case.batch) if case.objective == "batch" else "1"
     # one profile per model, platform and batches: rows that differ only in ranks solve on the same graph
-    g = work / re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{model}-{Path(case.platform).stem}-b{batches}.json")
+    g = work / f"{_file_name(f'{model}-{Path(case.platform).stem}-b{batches}')}.json"
     if not g.exists():
         diviml("profile", model, "--platform", case.platform, "--out", g, "--min-time", min_time, "--batch",
                batches, *(["--device", "cpu,cuda"] if on_gpu else []))
@@ -258,8 +263,8 @@ def overhead(models: list[str], runs: int, device: str = "cpu", min_time: float 
     module called directly, the whole model as one piece, and a piece per task; per piece = (per-task run -
     one-piece run) / (pieces - 1). Blocks of each in turn, medians of ``runs``. Beside them, what the profile
     predicts for the one piece on ``device`` (its operators' medians summed, as a one-device plan adds them):
-    on a GPU, where a one-piece plan has run 1.1-2.6x its profile, this says whether the program or the
-    runtime takes the time."""
+    on a GPU, where a one-piece plan has run 1.1-1.8x its profile (a lent H200, runs in two processes), this
+    says whether the program or the runtime takes the time."""
     import torch
 
     from diviml.frontends.pytorch import capture_at, task_of_nodes

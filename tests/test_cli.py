@@ -222,7 +222,10 @@ def test_profile_says_which_types_it_measured(tmp_path):
 def test_a_platform_gpu_of_another_type_than_the_gpu_measured_is_named():
     # on a lent H200 the cpu-h100 preset's GPU kept the catalogue's H100 roofline while the times measured
     # there were recorded as h200: plans were predicted 2.6x faster than they ran
+    from diviml import preset
     from diviml.cli._commands import _unmeasured_gpus
-    [note] = _unmeasured_gpus("cpu-h100", ["h200"])
+    platform = preset("cpu-h100")
+    [note] = _unmeasured_gpus(platform, ["h200"])
     assert "h100 is a h100-sxm" in note and "give h100 the type h200" in note
-    assert _unmeasured_gpus("cpu-h100", ["h100-sxm"]) == [] and _unmeasured_gpus("cpu-h100", []) == []
+    assert _unmeasured_gpus(platform, ["h100-sxm"]) == [] and _unmeasured_gpus(platform, []) == []
+    assert _unmeasured_gpus(None, ["h200"]) == []

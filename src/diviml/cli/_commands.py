@@ -204,10 +204,11 @@ def cmd_profile(args) -> dict:
     if args.repeats < 1 or not args.min_time >= 0:
         raise InputError(f"--repeats must be >= 1 and --min-time >= 0 seconds, got {args.repeats} and {args.min_time}")
     _check_folders([args.out])
-    threads = args.threads
+    threads, platform = args.threads, None
     if args.platform:
         from ..platform import Platform
-        counts = {d.threads for d in Platform.load(args.platform).devices if d.is_host and d.threads}
+        platform = Platform.load(args.platform)
+        counts = {d.threads for d in platform.devices if d.is_host and d.threads}
         if len(counts) > 1:
             raise InputError(f"platform {args.platform!r} has CPU devices of different thread counts {sorted(counts)}: "
                              "profile once per count with --threads")
@@ -239,17 +240,15 @@ def cmd_profile(args) -> dict:
     return {"calibration": calibration, "model": source.name, "threads": threads, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
             "flops": sum(t.flops or 0.0 for t in graph.tasks), "memory_bytes": sum(t.memory_bytes for t in graph.tasks),
             "total_time_s": times, "measured": measured, "measured_types": [t for t in types if t],
-            "notes": _unmeasured_gpus(args.platform, [t for t in types if t and t != HOST_TYPE]),
+            "notes": _unmeasured_gpus(platform, [t for t in types if t and t != HOST_TYPE]),
             "written": [args.out] if args.out else []}
 
 
-def _unmeasured_gpus(platform_file: str | None, measured_gpus: list[str]) -> list[str]:
-    """Where GPUs were measured, a note for each GPU of the platform whose type was not: the graph gives it
-    the catalogue's roofline, and plans for that platform are solved with it."""
-    if not platform_file or not measured_gpus:
+def _unmeasured_gpus(platform, measured_gpus: list[str]) -> list[str]:
+    """Where GPUs were measured, a note for each GPU of the platform (if one is given) whose type was not: the
+    graph gives it the catalogue's roofline, and plans for that platform are solved with it."""
+    if platform is None or not measured_gpus:
         return []
-    from ..platform import Platform
-    platform = Platform.load(platform_file)
     return [f"{d.name} is a {d.type} in platform {platform.name!r}, but the GPU measured here is a "
             f"{' and a '.join(measured_gpus)}: the graph gives {d.type} the catalogue's roofline; to plan with the "
             f"times measured here, give {d.name} the type {measured_gpus[0]}"
