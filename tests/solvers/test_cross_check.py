@@ -176,3 +176,16 @@ def test_the_pipeline_ip_on_either_engine_reaches_the_contiguous_optimum_the_dp_
     result = solve_linear(model, time_limit=30, engine=engine)
     assert result.engine == engine and result.status == "optimal"
     assert result.objective / maps["unit"] == pytest.approx(dp.objective, rel=1e-6)
+
+
+def test_the_pipeline_ip_starts_from_random_restarts_where_no_constructive_start_places_the_model():
+    """Found by fuzzing (41 tasks over two servers, memory tight): the DP needs one server, and the greedy
+    fill, the chain, the layers and the counts place nothing contiguous, so the IP started from nothing and,
+    given 2 s, refused what local search placed. It now starts from local search's plan there."""
+    from diviml.solvers.engines.plans import Stopwatch
+    from diviml.solvers.pipeline import ip
+    problem = random_problem(31008, "pipeline-contiguous", tasks=(20, 60), batches=(2, 12))
+    start = ip.warm_start(problem, Stopwatch(2.0))
+    assert start is not None and diviml.validate(start, problem).ok
+    plan = diviml.solve(problem, "ip", time_limit=2.0, seed=1)
+    assert diviml.validate(plan, problem).ok

@@ -26,7 +26,7 @@ from ...plan import Plan
 from ...problem import Problem
 from ...simulate import pipeline_loads
 from .. import PROVEN_GAP
-from ..baselines import greedy
+from ..baselines import greedy, local_search
 from ..engines.linear import LinearModel, solve_linear
 from ..engines.plans import Stopwatch, make_plan, plans_of
 from ..engines.symmetry import CRITERIA, base, groups, ordered_pairs, relabel_by_score, server_groups
@@ -249,7 +249,9 @@ def warm_start(problem: Problem, watch: Stopwatch, load_bound: float | None = No
     """The best of the DP's contiguous split (in a fifth of the time; optimal for its order of device
     classes), the greedy fill, the chain of tasks cut over the servers (:mod:`.chain`), for a model of
     layers the best split of whole layers (:mod:`.layers`), and the work MILP's counts dealt out
-    (:mod:`.counts`, where the bound solved it). On GPT-3's pipeline over six servers the chain's
+    (:mod:`.counts`, where the bound solved it); where none of them places the model, the local search's
+    random restarts, in a quarter of the time left (fuzzing: a 41-task contiguous split over two servers with
+    tight memory that local search placed in 2 s, and the IP, given no start, did not). On GPT-3's pipeline over six servers the chain's
     1.737 s beat the greedy fill's 1.783 s and the DP's 1.993 s. The best :data:`POLISHED` of them are then
     polished (:mod:`.polish`), each in a tenth of the time left: the best start is not always the best polished
     (GPT-3's decoding step over six-servers, before the counts kept views with their producers: the counts'
@@ -262,6 +264,8 @@ def warm_start(problem: Problem, watch: Stopwatch, load_bound: float | None = No
     if not (problem.is_training and problem.objective.training == "gpipe"):
         candidates.insert(0, lambda: pipeline_dp.solve(contiguous, time_limit=max(watch.left / 5, 0.5)))
     starts = sorted(plans_of(candidates), key=lambda plan: plan.objective)[:POLISHED]
+    if not starts:  # memory and contiguity left the constructive starts nothing: random restarts may place it
+        starts = plans_of([lambda: local_search.solve(problem, time_limit=max(watch.left / 4, 0.5))])
     return min((polished(problem, replace(start, objective_kind="pipeline"), Stopwatch(max(watch.left / 10, 0.5)))
                 for start in starts), key=lambda plan: plan.objective, default=None)
 
