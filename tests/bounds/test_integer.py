@@ -22,13 +22,23 @@ def _two_small_and_one_roomy() -> Platform:
 
 def test_whole_tasks_cannot_fill_a_device_to_the_byte():
     # ten identical 5 GB tasks of 1 s (2 s on the roomy device c): a and b hold three each, so c runs four, 8 s.
-    # Fractional tasks fill a and b with 3.2 each and leave c 3.6 of them: 7.2
+    # Fractional tasks would fill a and b with 3.2 each and leave c 3.6 of them (7.2); the work LP now holds a
+    # and b to the 15 GB whole tasks can fill of them (bounds._packing), and the MILP says the same
     tasks = [Task(f"t{i}", {"gpu": 1.0, "big": 2.0}, memory_bytes=5 * GB) for i in range(10)]
     p = Problem(TaskGraph.create(tasks, []), _two_small_and_one_roomy(), Objective("pipeline"))
-    assert work_bound(p) == pytest.approx(7.2, rel=1e-5)
+    assert work_bound(p) == pytest.approx(8.0, rel=1e-5)
     assert integer_work_bound(p) == pytest.approx(8.0, rel=1e-5)
-    assert lower_bound(p) == pytest.approx(8.0, rel=1e-5) and lower_bound_source(p) == "work MILP"
+    assert lower_bound(p) == pytest.approx(8.0, rel=1e-5)
     assert diviml.solve(p, "ip", time_limit=20).objective == pytest.approx(8.0)
+
+
+def test_whole_tasks_cannot_balance_the_loads_to_the_second():
+    # five tasks of 1 s on the two gpus (the roomy device takes 10 s each): one gpu runs three, 3 s; the LP 2.5
+    tasks = [Task(f"t{i}", {"gpu": 1.0, "big": 10.0}) for i in range(5)]
+    p = Problem(TaskGraph.create(tasks, []), _two_small_and_one_roomy(), Objective("pipeline"))
+    assert work_bound(p) < 2.6
+    assert integer_work_bound(p) == pytest.approx(3.0, rel=1e-5)
+    assert lower_bound(p) == pytest.approx(3.0, rel=1e-5) and lower_bound_source(p) == "work MILP"
 
 
 def test_it_says_nothing_for_batches_calls_or_no_time():

@@ -19,6 +19,8 @@
 - energetic: the path-work LP (latency) or the batch one with each device's work counted in the windows
   between its tasks' heads and tails (the work that must run after a chain of ancestors and before a chain of
   descendants).
+Where these pool the memory of several devices, they hold it to what whole tasks can fill of it
+(``_packing``: a multiple knapsack over the tasks' sizes), not to the summed bytes.
 The bound of a problem is the largest; a plan says which in ``bound_source``. Each bound lives in the module
 of its kind (``_simple``, ``_latency``, ``_segments``, ``_batch``, ``_energetic``, ...) and is named here.
 """

@@ -13,7 +13,8 @@ from time import perf_counter
 
 from ..problem import Objective, Problem
 from ._latency import memory_path_bound
-from ._lp import _KeyedLP, _least_makespan, _tolerated, _unit
+from ._lp import _KeyedLP, _least_makespan, _unit
+from ._packing import packable_memory
 from ._segments import memory_segments_bound
 from ._simple import _cheapest_move, _unit_costs, one_per_type
 
@@ -113,7 +114,7 @@ def batch_path_work_lp(problem: Problem, stop: float | None) -> tuple[_KeyedLP, 
         return None
     for d in devices:
         lp.ub({("C",): -1.0, **work[d]})
-    _memory_rows(problem, lp, share)
+    _memory_rows(problem, lp, share, stop)
     return lp, unit
 
 
@@ -139,22 +140,23 @@ def _edge_rows(problem: Problem, lp: _KeyedLP, path: dict[str, dict], share: dic
     return True
 
 
-def _memory_rows(problem: Problem, lp: _KeyedLP, share: dict[str, dict[str, dict]]) -> None:
-    """``sum_t m_t s[t,d] <=`` device d's memory (as the validator reads it), where it could bind."""
+def _memory_rows(problem: Problem, lp: _KeyedLP, share: dict[str, dict[str, dict]], stop: float | None) -> None:
+    """``sum_t m_t s[t,d] <=`` what whole tasks can fill of device d's memory (as the validator reads it:
+    :func:`._packing.packable_memory`), where it could bind."""
     tasks = problem.graph.tasks
     total = sum(t.memory_bytes for t in tasks)
     scale = max((t.memory_bytes for t in tasks), default=0.0) or 1.0
     for device in problem.platform.devices:
-        capacity = device.memory_bytes
-        if not math.isfinite(capacity) or capacity >= total:
+        if not math.isfinite(device.memory_bytes) or device.memory_bytes >= total:
             continue
+        capacity = packable_memory(problem, [device.name], None if stop is None else max(0.0, stop - perf_counter()))
         row: dict = {}
         for t in tasks:
             if t.memory_bytes > 0:
                 for key, x in share[t.id].get(device.name, {}).items():
                     row[key] = x * t.memory_bytes / scale
         if row:
-            lp.ub(row, _tolerated(capacity) / scale)
+            lp.ub(row, capacity / scale)
 
 
 def one_request_bounds(problem: Problem, time_limit: float | None = None) -> tuple[float, float]:

@@ -34,7 +34,8 @@ from scipy.sparse import csr_matrix
 
 from ..graph import Task
 from ..problem import Problem
-from ._lp import _KeyedLP, _tolerated, _unit, server_kinds
+from ._lp import _KeyedLP, _unit, server_kinds
+from ._packing import packable_memory
 from ._series import MAX_TASKS, series_points
 from ._simple import _unit_costs
 
@@ -81,7 +82,8 @@ def _solve(problem: Problem, kinds: dict[str, list[str]], far: dict[str, list[st
         if stop is not None and perf_counter() > stop:
             return None  # building the LP alone outlasts its share: drop it
         _part_rows(problem, lp, kinds, far, owner, set(part), count, hop, unit, load, held, tag=n)
-    memory = {k: sum(problem.platform.by_name[d].memory_bytes for d in devices) for k, devices in kinds.items()}
+    memory = {k: packable_memory(problem, devices, None if stop is None else stop - perf_counter())
+              for k, devices in kinds.items()}  # what whole tasks can fill, with the validator's tolerance
     scale = max((t.memory_bytes for t in problem.graph.tasks), default=0.0) or 1.0
     for k, devices in kinds.items():
         lp.col(("H", k))  # the kind's hops: those to and from other kinds, and at least its floor
@@ -91,7 +93,7 @@ def _solve(problem: Problem, kinds: dict[str, list[str]], far: dict[str, list[st
         lp.ub({**{key: v for key, v in load[k].items() if key[0] == "x"}, ("H", k): 1.0,
                ("T",): -float(len(devices))})
         if math.isfinite(memory[k]) and held[k]:
-            lp.ub({key: v / scale for key, v in held[k].items()}, _tolerated(memory[k], len(devices)) / scale)
+            lp.ub({key: v / scale for key, v in held[k].items()}, memory[k] / scale)
     if floors.get(ALL, 0.0) > 0:
         lp.ub({("H", k): -1.0 for k in kinds}, -floors[ALL] * unit)
     return lp.minimise(("T",), None if stop is None else stop - perf_counter())

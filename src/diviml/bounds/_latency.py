@@ -7,7 +7,8 @@ from collections import Counter
 from time import perf_counter
 
 from ..problem import Problem
-from ._lp import _KeyedLP, _least_makespan, _pooled_memory, _tolerated, _unit
+from ._lp import _KeyedLP, _least_makespan, _pooled_memory, _unit
+from ._packing import packable_memory
 from ._simple import _cheapest_move, _unit_costs
 
 LIFT_WORTH = 1e-3  # the path-work LP is not built where it can lift the best bound by less than this share
@@ -17,18 +18,19 @@ def memory_path_bound(problem: Problem, time_limit: float | None = None) -> floa
     """Latency where memory decides where the long paths run: the longest path under a fractional placement
     that holds every device's memory. LP: ``x[t,k]`` the share of task t on devices of kind k, finish
     potentials ``e[v] >= e[u] + sum_k p[v,k] x[v,k]`` on every edge, ``C >= e[v]``, and per kind
-    ``sum_t m_t x[t,k] <=`` the kind's memory and ``sum_t p[t,k] x[t,k] <= C x`` its number of devices. Devices of one type are one kind holding their summed memory (a
+    ``sum_t m_t x[t,k] <=`` what whole tasks can fill of the kind's memory (:mod:`._packing`) and ``sum_t p[t,k] x[t,k] <= C x`` its number of devices. Devices of one type are one kind holding their summed memory (a
     relaxation: any plan maps onto it with the same times), so GPT-3 on 26 devices is an LP over 4 kinds.
     Transfers are free and devices run in parallel, so this is the critical path whenever the weights fit
     where they run fastest (0 then, and for other objectives)."""
     if problem.objective.kind != "latency":
         return 0.0
     graph, platform = problem.graph, problem.platform
-    kinds = _pooled_memory(problem)
+    stop = None if time_limit is None else perf_counter() + time_limit
+    kinds = {k: packable_memory(problem, [d.name for d in platform.devices if d.type == k], time_limit)
+             for k in _pooled_memory(problem)}  # what whole tasks can fill of each kind's memory
     total = sum(t.memory_bytes for t in graph.tasks)
     if all(capacity >= total for capacity in kinds.values()):
         return 0.0  # memory keeps nothing off its fastest kind: the critical path says as much
-    stop = None if time_limit is None else perf_counter() + time_limit
     kind_of = {d.name: d.type for d in platform.devices}
     allowed = {t.id: sorted({kind_of[d] for d in problem.allowed_devices[t.id]}) for t in graph.tasks}
     unit = _unit(_unit_costs(problem))
@@ -57,12 +59,11 @@ def memory_path_bound(problem: Problem, time_limit: float | None = None) -> floa
     for k in kinds:  # a kind's devices are busy at most C each
         work = {key: v for t in graph.topological_order for key, v in own_time[t].items() if key[2] == k}
         lp.ub({**work, ("C",): -float(count[k])})
-    # what the validator lets a device hold (its tolerance), so that no plan it accepts is cut off
-    for k, capacity in kinds.items():
+    for k, capacity in kinds.items():  # with what the validator lets a device hold beyond its memory
         if math.isfinite(capacity):
             held = {("x", t.id, k): t.memory_bytes / scale for t in graph.tasks
                     if t.memory_bytes > 0 and lp.has(("x", t.id, k))}
-            lp.ub(held, _tolerated(capacity, len(platform.devices)) / scale)
+            lp.ub(held, capacity / scale)
     return _least_makespan((lp, unit), stop) or 0.0
 
 

@@ -42,7 +42,8 @@ from scipy.sparse import csr_matrix
 
 from ..native import native_output_discarded
 from ..problem import Problem
-from ._lp import _tolerated, _unit, server_kinds
+from ._lp import _unit, server_kinds
+from ._packing import packable_memory
 from ._series import MAX_TASKS, Segment, base_kind, segment_kinds, segments_of
 from ._simple import _unit_costs
 
@@ -76,7 +77,7 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     stop = math.inf if time_limit is None else perf_counter() + time_limit
     devices_of = server_kinds(problem)
     kinds = sorted(devices_of)
-    capacity = _capacities(problem, devices_of)
+    capacity = _capacities(problem, devices_of, stop)
     total = sum(t.memory_bytes for t in problem.graph.tasks)
     if all(c >= total for c in capacity.values()) or len(problem.graph) > MAX_TASKS:
         return 0.0  # memory keeps nothing off its fastest kind (no price to pay), or too large a graph
@@ -128,10 +129,9 @@ def memory_segments_relaxation(problem: Problem) -> Relaxation | None:
     return problem.__dict__.get("memory_segments")
 
 
-def _capacities(problem: Problem, devices_of: dict[str, list[str]]) -> dict[str, float]:
-    """Each kind's pooled memory, with what the validator lets its devices hold beyond it."""
-    memory = {d.name: d.memory_bytes for d in problem.platform.devices}
-    return {k: _tolerated(sum(memory[d] for d in names), len(names)) for k, names in devices_of.items()}
+def _capacities(problem: Problem, devices_of: dict[str, list[str]], stop: float) -> dict[str, float]:
+    """Each kind's pooled memory, as much as whole tasks can fill of it (:func:`._packing.packable_memory`)."""
+    return {k: packable_memory(problem, names, max(0.0, stop - perf_counter())) for k, names in devices_of.items()}
 
 
 def _enumerable(segment: Segment) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from time import perf_counter
 
 import numpy as np
 from scipy.optimize import linprog
@@ -11,6 +12,7 @@ from scipy.optimize import linprog
 from ..graph import longest_paths
 from ..problem import Problem
 from ._lp import _items, _limit, _Sparse, _unit
+from ._packing import packable_memory
 
 
 def _cheapest_move(problem: Problem, task: str, scale: float = 1.0) -> float:
@@ -88,6 +90,7 @@ def work_bound(problem: Problem, time_limit: float | None = None) -> float:
     Not a bound for call-latency, where host CPU tasks run in parallel (0 then)."""
     if problem.objective.kind == "call-latency":
         return 0.0
+    stop = None if time_limit is None else perf_counter() + time_limit
     unit = _unit(_unit_costs(problem))
     n_t = 2 if _gpipe(problem) else 1  # T (or T_forward, T_backward)
     count = work_classes(problem)
@@ -109,13 +112,15 @@ def work_bound(problem: Problem, time_limit: float | None = None) -> float:
     for g, members in enumerate(kinds):
         for p in range(n_t):
             a_ub.add(g * n_t + p, nx + p, -float(len(members)))
-        cap = problem.platform.devices[members[0]].memory_bytes * len(members)
+        cap = packable_memory(problem, [problem.platform.devices[j].name for j in members],
+                              None if stop is None else max(0.0, stop - perf_counter()))
         b_ub[n_rows_dev + g] = cap if math.isfinite(cap) else 1e300
     c = np.zeros(nx + n_t)
     c[nx:] = 1.0
     res = linprog(c, A_ub=a_ub.matrix(len(b_ub), nx + n_t), b_ub=b_ub,
                   A_eq=a_eq.matrix(len(classes), nx + n_t), b_eq=np.array([count[key] for key in classes], dtype=float),
-                  bounds=[(0, None)] * (nx + n_t), method="highs", options=_limit(time_limit))
+                  bounds=[(0, None)] * (nx + n_t), method="highs",
+                  options=_limit(None if stop is None else max(0.0, stop - perf_counter())))
     if res.status != 0:
         return 0.0
     # the LP optimum is a valid bound only up to solver tolerance: shave a relative 1e-6
