@@ -18,8 +18,10 @@ def memory_path_bound(problem: Problem, time_limit: float | None = None) -> floa
     """Latency where memory decides where the long paths run: the longest path under a fractional placement
     that holds every device's memory. LP: ``x[t,k]`` the share of task t on devices of kind k, finish
     potentials ``e[v] >= e[u] + sum_k p[v,k] x[v,k]`` on every edge, ``C >= e[v]``, and per kind
-    ``sum_t m_t x[t,k] <=`` what whole tasks can fill of the kind's memory (:mod:`._packing`) and ``sum_t p[t,k] x[t,k] <= C x`` its number of devices. Devices of one type are one kind holding their summed memory (a
-    relaxation: any plan maps onto it with the same times), so GPT-3 on 26 devices is an LP over 4 kinds.
+    ``sum_t m_t x[t,k] <=`` what whole tasks can fill of the kind's memory (:mod:`._packing`) and
+    ``sum_t p[t,k] x[t,k] <= C x`` its number of devices. Devices of one type are one kind holding their
+    memory together (a relaxation: any plan maps onto it with the same times), so GPT-3 on 26 devices is an LP
+    over 4 kinds.
     Transfers are free and devices run in parallel, so this is the critical path whenever the weights fit
     where they run fastest (0 then, and for other objectives)."""
     if problem.objective.kind != "latency":

@@ -126,4 +126,3 @@ def _first_fit(sizes: Counter, capacity: list[float]) -> tuple[float, bool]:
                 break  # no device has room for another item of this size
             free[j] -= size
     return math.fsum(capacity) - math.fsum(free), everything
-
