@@ -26,7 +26,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import lil_matrix
 
-from ..native import native_stdout_to_stderr
+from ..native import native_output_discarded
 from ..problem import Problem
 from ._lp import _items, _tolerated
 
@@ -92,7 +92,7 @@ def _packable(problem: Problem, names: tuple[str, ...], time_limit: float) -> tu
         rows[j, c] = value[c]  # device j holds at most its capacity
         rows[len(names) + k, c] = 1.0  # a size is placed at most as often as items have it
     high = np.array([cap / unit for cap in capacity] + [float(sizes[key]) for key in keys])
-    with native_stdout_to_stderr():
+    with native_output_discarded():  # HiGHS prints a line now and then as it mends a presolved solution
         result = milp(-value, constraints=LinearConstraint(rows.tocsr(), -np.inf, high),
                       integrality=np.ones(len(columns)), bounds=Bounds(0, np.inf),
                       options={"time_limit": time_limit, "mip_rel_gap": GAP})
