@@ -7,7 +7,7 @@ from collections import Counter
 from time import perf_counter
 
 from ..problem import Problem
-from ._lp import _KeyedLP, _least_makespan, _pooled_memory, _unit
+from ._lp import _KeyedLP, _least_makespan, _unit
 from ._packing import packable_memory
 from ._simple import _cheapest_move, _unit_costs
 
@@ -28,8 +28,9 @@ def memory_path_bound(problem: Problem, time_limit: float | None = None) -> floa
         return 0.0
     graph, platform = problem.graph, problem.platform
     stop = None if time_limit is None else perf_counter() + time_limit
-    kinds = {k: packable_memory(problem, [d.name for d in platform.devices if d.type == k], time_limit)
-             for k in _pooled_memory(problem)}  # what whole tasks can fill of each kind's memory
+    kinds = {k: packable_memory(problem, [d.name for d in platform.devices if d.type == k],
+                                None if stop is None else max(0.0, stop - perf_counter()))
+             for k in sorted({d.type for d in platform.devices})}  # what whole tasks can fill of each kind's memory
     total = sum(t.memory_bytes for t in graph.tasks)
     if all(capacity >= total for capacity in kinds.values()):
         return 0.0  # memory keeps nothing off its fastest kind: the critical path says as much

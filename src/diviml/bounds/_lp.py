@@ -41,15 +41,6 @@ def _tolerated(capacity: float, devices: int = 1) -> float:
     return capacity * (1 + 2 * REL_TOL) + ABS_TOL * devices
 
 
-def _pooled_memory(problem: Problem) -> dict[str, float]:
-    """Each device type's summed memory: the kinds the memory bounds pool devices into (a relaxation: any plan
-    maps onto them with the same times)."""
-    pooled: dict[str, float] = {}
-    for d in problem.platform.devices:
-        pooled[d.type] = pooled.get(d.type, 0.0) + d.memory_bytes
-    return pooled
-
-
 class _Sparse:
     """Coefficients collected as (row, column, value) triples; repeated entries add up."""
 
