@@ -35,13 +35,14 @@ from ._energetic import Cut, energetic_bound, energetic_cuts
 from ._hops import hop_work_bound
 from ._integer import integer_work_bound, integer_work_counts, may_lift
 from ._latency import memory_path_bound, path_work_bound, path_work_seconds
+from ._packing import packable_memory
 from ._schedules import segment_schedules_bound
 from ._segments import Relaxation, memory_segments_bound, memory_segments_relaxation
 from ._series import series_points, windows_of
 from ._simple import critical_path_bound, spread_bound, work_bound
 
 __all__ = ["BOUND_SOURCES", "CUTOFFS", "Cut", "Relaxation", "batch_path_work_bound", "critical_path_bound", "energetic_bound", "energetic_cuts", "hop_work_bound", "integer_work_bound", "integer_work_counts", "lower_bound", "lower_bound_source",
-           "memory_path_bound", "memory_segments_bound", "memory_segments_relaxation", "path_work_bound", "path_work_seconds", "segment_schedules_bound", "serial_upper_bound", "series_points", "share_lower_bound",
+           "memory_path_bound", "memory_segments_bound", "memory_segments_relaxation", "packable_memory", "path_work_bound", "path_work_seconds", "segment_schedules_bound", "serial_upper_bound", "series_points", "share_lower_bound",
            "spread_bound", "windows_of", "work_bound"]
 
 # what proved a plan's bound (Plan.bound_source): the bounds here, and the solvers' own
