@@ -264,6 +264,8 @@ def test_a_walk_that_stops_solving_milps_early_still_bounds_and_still_places_eve
         fresh = Problem(p.graph, p.platform, p.objective)
         assert 0 < memory_segments_bound(fresh) <= plan.objective * (1 + 1e-9)
         milps[cap] = sum(solved)
-        for mix in memory_segments_relaxation(fresh).mixes:
+        mixes = memory_segments_relaxation(fresh).mixes
+        for mix in mixes:
             assert all(set(kinds) == {t.id for t in p.graph.tasks} for _, kinds in mix)
+        assert all(a != b for i, a in enumerate(mixes) for b in mixes[:i])  # each made a plan once: no repeats
     assert milps[0] < milps[10 ** 6]

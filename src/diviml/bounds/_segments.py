@@ -52,7 +52,7 @@ __all__ = ["Relaxation", "memory_segments_bound", "memory_segments_relaxation"]
 PRICE_LIMIT_S = 5.0  # at most, per segment MILP (its dual bound counts when it is cut short)
 CONVERGED = 1e-4  # the master's value within this share of the best bound: the prices are good enough
 SMOOTHING = 0.5  # the next prices: this share of the best bound's, the rest the master's (Wentges smoothing)
-MIXES_KEPT = 4  # the last masters' mixes kept for the plan built from them (a later one is not always better)
+MIXES_KEPT = 4  # the last masters' distinct mixes kept for the plan built from them (a later one is not always better)
 ENUMERATED = 256  # a segment with at most this many placements is priced by trying them all (a MILP: 10 ms)
 MILPS_A_WALK = 8  # segment MILPs a walk solves before a walk of placed steps may stand in for its column
 
@@ -118,8 +118,12 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
         share = SMOOTHING if moved and centre is not None else 0.0  # a walk that added nothing: the master's own
         prices = {k: share * (centre or {}).get(k, 0.0) + (1 - share) * master[1][k] for k in kinds}
     if masters:
-        mixes = [tuple((weight, {t: k for run, kinds_of in zip(runs, column[2]) for t, k in zip(run, kinds_of)})
-                       for weight, column in m[2] if weight > 1e-9) for m in masters[::-1][:MIXES_KEPT]]
+        mixes: list = []
+        for m in masters[::-1]:  # a master that changed nothing repeats the mix before it: kept once
+            mix = tuple((weight, {t: k for run, kinds_of in zip(runs, column[2]) for t, k in zip(run, kinds_of)})
+                        for weight, column in m[2] if weight > 1e-9)
+            if len(mixes) < MIXES_KEPT and mix not in mixes:
+                mixes.append(mix)
         problem.__dict__["memory_segments"] = Relaxation(tuple(mixes), {k: tuple(devices_of[k]) for k in kinds})
     return max(0.0, best) / unit * (1 - 1e-6) if best > -math.inf else 0.0
 
