@@ -267,5 +267,16 @@ def test_a_walk_that_stops_solving_milps_early_still_bounds_and_still_places_eve
         mixes = memory_segments_relaxation(fresh).mixes
         for mix in mixes:
             assert all(set(kinds) == {t.id for t in p.graph.tasks} for _, kinds in mix)
-        assert all(a != b for i, a in enumerate(mixes) for b in mixes[:i])  # each made a plan once: no repeats
+        assert not any(_segments.same_mix(a, b) for i, a in enumerate(mixes) for b in mixes[:i])  # each made a plan once
     assert milps[0] < milps[10 ** 6]
+
+
+def test_two_mixes_are_the_same_where_their_placements_match_and_weights_agree_to_a_millionth():
+    # two masters' LPs gave GPT-3's decoding step one mix with weights a few ulps apart: made a plan once
+    from diviml.bounds._segments import same_mix
+
+    a, b = {"t": "gpu", "u": "cpu"}, {"t": "cpu", "u": "cpu"}
+    assert same_mix(((0.3, a), (0.7, b)), ((0.3 + 1e-12, dict(a)), (0.7 - 1e-12, dict(b))))
+    assert not same_mix(((0.3, a), (0.7, b)), ((0.31, a), (0.69, b)))
+    assert not same_mix(((0.3, a), (0.7, b)), ((0.7, b), (0.3, a)))  # spliced in another order: another plan
+    assert not same_mix(((0.3, a), (0.7, b)), ((1.0, a),))

@@ -47,7 +47,7 @@ from ._packing import packable_memory
 from ._series import MAX_TASKS, Segment, base_kind, segment_kinds, segments_of
 from ._simple import _unit_costs
 
-__all__ = ["Relaxation", "memory_segments_bound", "memory_segments_relaxation"]
+__all__ = ["Relaxation", "memory_segments_bound", "memory_segments_relaxation", "same_mix"]
 
 PRICE_LIMIT_S = 5.0  # at most, per segment MILP (its dual bound counts when it is cut short)
 CONVERGED = 1e-4  # the master's value within this share of the best bound: the prices are good enough
@@ -122,10 +122,16 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
         for m in masters[::-1]:  # a master that changed nothing repeats the mix before it: kept once
             mix = tuple((weight, {t: k for run, kinds_of in zip(runs, column[2]) for t, k in zip(run, kinds_of)})
                         for weight, column in m[2] if weight > 1e-9)
-            if len(mixes) < MIXES_KEPT and mix not in mixes:
+            if len(mixes) < MIXES_KEPT and not any(same_mix(mix, kept) for kept in mixes):
                 mixes.append(mix)
         problem.__dict__["memory_segments"] = Relaxation(tuple(mixes), {k: tuple(devices_of[k]) for k in kinds})
     return max(0.0, best) / unit * (1 - 1e-6) if best > -math.inf else 0.0
+
+
+def same_mix(a: tuple[tuple[float, dict[str, str]], ...], b: tuple[tuple[float, dict[str, str]], ...]) -> bool:
+    """Whether two mixes hold the same placements at the same weights, to 1e-6 (two masters' LPs may give one mix
+    with weights a few ulps apart: GPT-3's decoding step over six-servers)."""
+    return len(a) == len(b) and all(abs(wa - wb) <= 1e-6 and ka == kb for (wa, ka), (wb, kb) in zip(a, b))
 
 
 def memory_segments_relaxation(problem: Problem) -> Relaxation | None:
