@@ -28,7 +28,7 @@ from .heft import heft_schedule
 __all__ = ["priced_segments_plan"]
 
 NAME = "priced segments"
-MARGINS = (1.0, 0.995, 0.99, 0.98, 0.95, 0.9)  # of what whole tasks can fill of each kind's memory, the most the spliced placement may
+MARGINS = (1.0, 0.995, 0.99, 0.98, 0.95, 0.9)  # the share of what whole tasks can fill of a kind's memory it may take
 LEAST_WEIGHT = 1e-3  # a placement of less weight in the mix is left out (it would take a task or two)
 
 
