@@ -120,9 +120,11 @@ def memory_segments_bound(problem: Problem, time_limit: float | None = None) -> 
     if masters:
         mixes: list = []
         for m in masters[::-1]:  # a master that changed nothing repeats the mix before it: kept once
+            if len(mixes) == MIXES_KEPT:
+                break
             mix = tuple((weight, {t: k for run, kinds_of in zip(runs, column[2]) for t, k in zip(run, kinds_of)})
                         for weight, column in m[2] if weight > 1e-9)
-            if len(mixes) < MIXES_KEPT and not any(same_mix(mix, kept) for kept in mixes):
+            if not any(same_mix(mix, kept) for kept in mixes):
                 mixes.append(mix)
         problem.__dict__["memory_segments"] = Relaxation(tuple(mixes), {k: tuple(devices_of[k]) for k in kinds})
     return max(0.0, best) / unit * (1 - 1e-6) if best > -math.inf else 0.0
