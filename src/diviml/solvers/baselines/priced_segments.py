@@ -41,21 +41,22 @@ def priced_segments_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
     if relaxation is None:
         return None
     best: Plan | None = None
+    fillable = _fillable(problem, relaxation.kinds, watch)  # once for all mixes: it depends on the kinds alone
     for mix in relaxation.mixes:
         if watch.expired and best is not None:
             break
-        plan = _plan_from(problem, mix, relaxation.kinds, watch) if mix else None
+        plan = _plan_from(problem, mix, relaxation.kinds, fillable, watch) if mix else None
         best = plan if best is None or (plan is not None and plan.objective < best.objective) else best
     return best
 
 
 def _plan_from(problem: Problem, mix: Sequence[tuple[float, dict[str, str]]], devices_of: Mapping[str, Sequence[str]],
-               watch: Stopwatch) -> Plan | None:
-    """The plan of one mix (module doc): the tightest margin HEFT can pack, then refilled where that is better."""
+               fillable: Mapping[str, float], watch: Stopwatch) -> Plan | None:
+    """The plan of one mix (module doc): the tightest margin of each kind's ``fillable`` bytes HEFT can pack, then
+    refilled where that is better."""
     spliced = _splice(problem, mix)
     whole = JobGraph.whole(problem)
     allowed = problem.allowed_devices
-    fillable = _fillable(problem, devices_of, watch)
     for margin in MARGINS:
         if watch.expired:
             break
