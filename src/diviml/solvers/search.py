@@ -25,7 +25,7 @@ from .engines.cpsat import solve_jobs
 from .engines.jobs import JobGraph, batch_splits
 from .engines.modules import detect, piece_sizes
 from .engines.outcome import Engine
-from .engines.plans import VALIDATE_S_PER_TASK, Stopwatch, best_of, better_bound, plan_from_jobs
+from .engines.plans import VALIDATE_S_PER_PART, Stopwatch, best_of, better_bound, plan_from_jobs
 from .engines.symmetry import CRITERIA, relabel
 from .pipeline.layers import split_layers
 from .server_layers import server_layer_plan
@@ -69,10 +69,6 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
     :func:`bound_share_beside`)."""
     lower_bound(problem, watch.left * bound_share)
     attempts = []
-    if problem.objective.kind == "batch" and best_device.candidates(problem):
-        attempts.append(lambda: data_parallel.solve(problem, time_limit=max(watch.left / 10, 1e-3)))
-    if problem.objective.kind == "batch":  # a model spread over devices for its memory: the batch pipelined
-        attempts.append(lambda: streamed_plan(problem, Stopwatch(max(watch.left / 2, 1e-3))))
     if problem.objective.kind == "latency":
         # where memory binds: the memory segments bound's placements spliced over the model, devices by HEFT;
         # first, as it is the best plan there (GPT-3's prefill over six-servers: 24.98 s, server layers' 27.8 s,
@@ -82,11 +78,19 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
         # 1.361 s, priced segments' 1.380 s)
         attempts.append(lambda: server_layer_plan(problem, Stopwatch(max(watch.left / 2, 1e-3))))
     attempts = [_unless_expired(watch, a) for a in attempts]
-    attempts.append(lambda: heft.solve(problem, time_limit=max(watch.left, 1e-3)))
+    heft_seconds: list[float] = []
+    attempts.append(_timed(heft_seconds, lambda: heft.solve(problem, time_limit=max(watch.left, 1e-3))))
+    if problem.objective.kind == "batch" and best_device.candidates(problem):
+        attempts.append(_if_time_for(watch, heft_seconds, lambda: data_parallel.solve(
+            problem, time_limit=max(watch.left / 10, 1e-3))))
+    if problem.objective.kind == "batch":  # a model spread over devices for its memory: the batch pipelined
+        attempts.append(_if_time_for(watch, heft_seconds, lambda: streamed_plan(
+            problem, Stopwatch(max(watch.left / 2, 1e-3)))))
     if problem.objective.kind == "latency":  # a model of layers: whole layers in runs, fastest devices first
         attempts.append(_unless_expired(watch, lambda: split_layers(problem, Stopwatch(max(watch.left / 10, 1e-3)))))
     if best_device.candidates(problem):
-        attempts.append(_unless_expired(watch, lambda: best_device.solve(problem, time_limit=max(watch.left, 1e-3))))
+        attempts.append(_if_time_for(watch, heft_seconds, lambda: best_device.solve(
+            problem, time_limit=max(watch.left, 1e-3))))
     best = best_of(attempts)
     if best is None:  # memory too tight for HEFT's choices
         best = packed_plan(problem, watch)
@@ -104,6 +108,26 @@ def _unless_expired(watch: Stopwatch, attempt: Callable[[], Plan | None]) -> Cal
     and past the limit it only delays the answer (a random DAG of 3,000 tasks over six-servers at 3 s ended at
     7.7 s). HEFT is not wrapped: it is the plan every solver answers with at least."""
     return lambda: None if watch.expired else attempt()
+
+
+def _timed(seconds: list[float], attempt: Callable[[], Plan | None]) -> Callable[[], Plan | None]:
+    """``attempt``, its run's seconds appended to ``seconds``."""
+    def run() -> Plan | None:
+        began = time.perf_counter()
+        try:
+            return attempt()
+        finally:
+            seconds.append(time.perf_counter() - began)
+    return run
+
+
+def _if_time_for(watch: Stopwatch, heft_seconds: list[float],
+                 attempt: Callable[[], Plan | None]) -> Callable[[], Plan | None]:
+    """``attempt``, skipped (None) where less time is left on ``watch`` than HEFT took: a batch baseline costs at
+    least a simulation and a validation of as many parts as HEFT's plan, whatever its share of the time (a random
+    DAG of 3,000 tasks over six-servers, batch 4, at 3 s: data parallelism took 0.8-1.2 s of a 0.2 s share, the
+    streamed plan 0.8-1.0 s, and the answer came at 3.3-3.5 s with HEFT run last)."""
+    return lambda: None if watch.left <= max(heft_seconds, default=0.0) else attempt()
 
 
 def packed_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
@@ -161,9 +185,10 @@ def promising_splits(problem: Problem, watch: Stopwatch | None = None) -> list[t
     gain over HEFT on the same split measured was about a third (mobilenet_v3_large, batch 8), so a split
     this far behind is unlikely to win; it is a heuristic cut, the bound does not depend on it. The HEFT runs
     take at most :data:`SPLITS_SHARE` of the time ``watch`` has left: one whose jobs would take longer, at the
-    rate per job of those before it, is not started, and the splits it would have tried are left out (the
-    whole batch first: its HEFT is the cheapest; GPT-3 at a batch of 32 over six-servers tried 50 splits of up
-    to 26 sub-batches for the whole 30 s of its solve)."""
+    rate per job of those before it (the first: at :data:`BASELINE_S_PER_TASK`), is not started, and the splits
+    it would have tried are left out (the whole batch first: its HEFT is the cheapest; GPT-3 at a batch of 32
+    over six-servers tried 50 splits of up to 26 sub-batches for the whole 30 s of its solve; a random DAG of
+    3,000 tasks at 3 s ranked the whole batch alone for 0.8 s past the time left)."""
     splits = batch_splits(problem)
     if len(splits) == 1:
         return splits
@@ -174,7 +199,9 @@ def promising_splits(problem: Problem, watch: Stopwatch | None = None) -> list[t
     rate = 0.0  # seconds per job of the HEFT runs so far
     for sizes in splits:
         jobs = JobGraph(problem, sizes)
-        if share is not None and value and rate * len(jobs.jobs) > share.left:
+        if share is not None and (rate if value else BASELINE_S_PER_TASK) * len(jobs.jobs) > share.left:
+            if not value:  # the whole batch alone would be ranked: no ranking gives that too
+                return splits[:1]
             break
         began = time.perf_counter()
         try:
@@ -209,7 +236,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
             progress(f"  {name}: batch split {i + 1}/{len(splits)} ({'/'.join(map(str, sizes))} samples) at "
                      f"{watch.elapsed:.1f} s, best so far {best.objective if best else float('inf'):.6g}")
         # kept back: the time to make its answer a plan, simulated and validated
-        budget = watch.left / (len(splits) - i) - VALIDATE_S_PER_TASK * len(jobs.jobs)
+        budget = watch.left / (len(splits) - i) - VALIDATE_S_PER_PART * len(jobs.jobs)
         if budget <= 0:  # the baselines took the time: a model of thousands of jobs would overrun the limit
             statuses.append("timeout")
             notes.append(f"{name} was not started on {len(jobs.jobs):,} jobs: the baselines and bounds took the "
