@@ -159,3 +159,48 @@ def _identical_gpus_problem(seed: int) -> Problem:
 def test_with_identical_gpus_it_never_exceeds_the_brute_force_optimum(seed):
     p = _identical_gpus_problem(seed)
     assert hop_work_bound(p) <= _optimum(p) * (1 + 1e-9)
+
+
+def test_the_tensors_from_one_copy_of_a_part_to_the_next_are_charged(monkeypatch):
+    # a0 b0 a1 b1 a2 b2: a on the GPU only, b 1 s on the GPU or the CPU, tensors of 0.4 s a hop. Cut into three
+    # copies of (a, b), the LP saw b's tensor into the next copy's a as free: b on the CPU cost the GPU one hop
+    # a block, T = 4.2. Over the copies, b away from a costs two hops but at the ends: T = 5, the optimum
+    from diviml.bounds import _hops
+    monkeypatch.setattr(_hops, "MAX_PART_TASKS", 2)
+    tasks, edges = [], []
+    for i in range(3):
+        tasks += [Task(f"a{i}", {"gpu": 1.0}, output_bytes=0.4, allowed_types=frozenset({"gpu"})),
+                  Task(f"b{i}", {"gpu": 1.0, "cpu": 1.0}, output_bytes=0.4)]
+        edges += [(f"a{i}", f"b{i}")] + ([(f"b{i - 1}", f"a{i}")] if i else [])
+    platform = Platform((Device("gpu", "gpu", 1e12, link=Link(1.0, 0.0)), Device("cpu", "cpu", 1e12, is_host=True)))
+    p = Problem(TaskGraph.create(tasks, edges), platform, Objective("pipeline"))
+    assert hop_work_bound(p) == pytest.approx(5.0, rel=1e-5) == _optimum(p)
+
+
+def _repeated_far_problem(seed: int) -> Problem:
+    """Three identical blocks in a chain (a weighted task, a light one) over two servers of different GPU
+    types, memory on GPU a for one block's weights."""
+    rng = random.Random(seed)
+    heavy, light, size = rng.uniform(1, 3), rng.uniform(0.2, 1), rng.uniform(0.5, 3)
+    on_b = (rng.uniform(0.3, 2), rng.uniform(0.3, 2))
+    tasks, edges, previous = [], [], None
+    for i in range(3):
+        tasks += [Task(f"w{i}", {"a": heavy, "b": heavy * on_b[0], "cpu": 4 * heavy}, output_bytes=size,
+                       memory_bytes=4 * GB),
+                  Task(f"l{i}", {"a": light, "b": light * on_b[1], "cpu": 2 * light}, output_bytes=size)]
+        edges += [(f"w{i}", f"l{i}")] + ([(previous, f"w{i}")] if previous else [])
+        previous = f"l{i}"
+    link = Link(rng.choice([1.0, 4.0]), 0.0)
+    devices = (Device("cpu0", "cpu", 1e12, "s0", is_host=True), Device("ga", "a", 4 * GB, "s0", link=link),
+               Device("cpu1", "cpu", 1e12, "s1", is_host=True), Device("gb", "b", 1e12, "s1", link=link))
+    platform = Platform(devices, network=Link(rng.choice([0.5, 2.0]), 0.0))
+    return Problem(TaskGraph.create(tasks, edges), platform, Objective("pipeline"))
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("part_tasks", [2, 4])
+def test_cut_into_copies_of_a_part_it_never_exceeds_the_brute_force_optimum(seed, part_tasks, monkeypatch):
+    from diviml.bounds import _hops
+    monkeypatch.setattr(_hops, "MAX_PART_TASKS", part_tasks)
+    for p in (_random_problem(seed), _repeated_far_problem(seed)):
+        assert hop_work_bound(p) <= _optimum(p) * (1 + 1e-9)
