@@ -209,6 +209,20 @@ def test_the_heft_runs_that_rank_the_batch_splits_keep_to_their_share_of_the_tim
     assert len(promising_splits(problem, Stopwatch(60.0))) == len(batch_splits(problem))
 
 
+def test_a_ranking_whose_share_cannot_pay_for_the_whole_batch_s_heft_runs_none(monkeypatch):
+    # 3,000 tasks: the whole batch's HEFT alone (about 0.3 s at the baselines' rate per task) is more than a
+    # tenth of 0.5 s; ranking it alone would only say "the whole batch", which no ranking says too
+    from diviml.generators import random_dag
+    from diviml.solvers import search
+    from diviml.solvers.engines.plans import Stopwatch
+
+    def unexpected(jobs):
+        raise AssertionError("HEFT ran on a split the share could not pay for")
+    monkeypatch.setattr(search.heft, "heft_schedule", unexpected)
+    problem = Problem(random_dag(3000, seed=20), diviml.preset("paper-server"), Objective("batch", batch_size=4))
+    assert promising_splits(problem, Stopwatch(0.5)) == [(4,)]
+
+
 def test_gurobi_size_limit_is_said_in_one_line_and_highs_solves_instead():
     from diviml.solvers.engines.linear import LinearModel, solve_linear
     m = LinearModel()
