@@ -101,6 +101,15 @@ def test_a_task_between_tensors_that_must_cross_the_network_stays_with_its_neigh
     assert hop_work_bound(p) == pytest.approx(4.0, rel=1e-5) == _optimum(p)
 
 
+def _over_two_servers(rng: random.Random, tasks: list[Task], edges: list[tuple[str, str]]) -> Problem:
+    """The graph's pipeline over two servers, each a host and a GPU (types a and b; a holds 4 GB)."""
+    link = Link(rng.choice([1.0, 4.0]), 0.0)
+    devices = (Device("cpu0", "cpu", 1e12, "s0", is_host=True), Device("ga", "a", 4 * GB, "s0", link=link),
+               Device("cpu1", "cpu", 1e12, "s1", is_host=True), Device("gb", "b", 1e12, "s1", link=link))
+    platform = Platform(devices, network=Link(rng.choice([0.5, 2.0]), 0.0))
+    return Problem(TaskGraph.create(tasks, edges), platform, Objective("pipeline"))
+
+
 def _far_problem(seed: int) -> Problem:
     """Two blocks in a chain (a weighted task, a view, a light task) over two servers of different GPU types,
     memory on GPU a for one block's weights."""
@@ -114,11 +123,7 @@ def _far_problem(seed: int) -> Problem:
                   Task(f"l{i}", {"a": light, "b": light * rng.uniform(0.3, 2), "cpu": 2 * light}, output_bytes=size)]
         edges += [(f"w{i}", f"v{i}"), (f"v{i}", f"l{i}")] + ([(previous, f"w{i}")] if previous else [])
         previous = f"l{i}"
-    link = Link(rng.choice([1.0, 4.0]), 0.0)
-    devices = (Device("cpu0", "cpu", 1e12, "s0", is_host=True), Device("ga", "a", 4 * GB, "s0", link=link),
-               Device("cpu1", "cpu", 1e12, "s1", is_host=True), Device("gb", "b", 1e12, "s1", link=link))
-    platform = Platform(devices, network=Link(rng.choice([0.5, 2.0]), 0.0))
-    return Problem(TaskGraph.create(tasks, edges), platform, Objective("pipeline"))
+    return _over_two_servers(rng, tasks, edges)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -190,11 +195,7 @@ def _repeated_far_problem(seed: int) -> Problem:
                   Task(f"l{i}", {"a": light, "b": light * on_b[1], "cpu": 2 * light}, output_bytes=size)]
         edges += [(f"w{i}", f"l{i}")] + ([(previous, f"w{i}")] if previous else [])
         previous = f"l{i}"
-    link = Link(rng.choice([1.0, 4.0]), 0.0)
-    devices = (Device("cpu0", "cpu", 1e12, "s0", is_host=True), Device("ga", "a", 4 * GB, "s0", link=link),
-               Device("cpu1", "cpu", 1e12, "s1", is_host=True), Device("gb", "b", 1e12, "s1", link=link))
-    platform = Platform(devices, network=Link(rng.choice([0.5, 2.0]), 0.0))
-    return Problem(TaskGraph.create(tasks, edges), platform, Objective("pipeline"))
+    return _over_two_servers(rng, tasks, edges)
 
 
 @pytest.mark.parametrize("seed", range(12))
