@@ -34,6 +34,7 @@ import math
 from collections import Counter
 from time import perf_counter
 
+from ..graph import TaskGraph
 from ..problem import Problem
 from ._hop_floors import ALL, cheapest_hop, floors_of
 from ._lp import _KeyedLP, _unit, server_kinds
@@ -165,20 +166,19 @@ def _groupings(problem: Problem, owner: dict[str, str], hop: dict[str, dict[str,
                 ranked.append((sum(dropped[g[0]] for g in groups[1:]), size, period, phase, groups))
     ranked.sort(key=lambda r: r[:4])
     for *_, groups in ranked[:MAX_GROUPINGS]:
-        copies: dict[tuple, list[list[str]]] = {}
         keys = [tuple(kind[i] for i in g) for g in groups]
-        for key, g in zip(keys, groups):
-            copies.setdefault(key, []).append([t for i in g for t in segments[i]])
+        tasks = [[t for i in g for t in segments[i]] for g in groups]
+        copies: dict[tuple, list[list[str]]] = {}
+        for key, group_tasks in zip(keys, tasks):
+            copies.setdefault(key, []).append(group_tasks)
         links: dict[tuple, Counter] = {key: Counter() for key in copies}
-        seen: Counter = Counter()
-        for key, after in zip(keys, keys[1:]):
-            seen[key] += 1
+        for key, after, here, there in zip(keys, keys[1:], tasks, tasks[1:]):
             if key == after:
-                _link(problem.graph, copies[key][seen[key] - 1], copies[key][seen[key]], copies[key][0], links[key])
-        yield [(tasks[0], len(tasks), links[key]) for key, tasks in copies.items()]
+                _link(problem.graph, here, there, copies[key][0], links[key])
+        yield [(same[0], len(same), links[key]) for key, same in copies.items()]
 
 
-def _link(graph, copy: list[str], after: list[str], first: list[str], links: Counter) -> None:
+def _link(graph: TaskGraph, copy: list[str], after: list[str], first: list[str], links: Counter) -> None:
     """Count in ``links``, by the first copy's names (``first``), each tensor from ``copy`` to the copy right
     ``after`` it whose producer no task but those of ``after`` reads (the copies list their tasks alike)."""
     here, there = {t: i for i, t in enumerate(copy)}, {t: i for i, t in enumerate(after)}
