@@ -109,7 +109,9 @@ def test_the_exact_plan_is_never_worse_than_the_baselines_and_is_validated():
 def test_a_tiny_time_limit_still_returns_a_valid_plan_with_its_status():
     p = Problem(layered_dag(120, seed=1), diviml.preset("paper-server"))
     plan = diviml.solve(p, "exact", time_limit=0.2)
-    assert plan.status in ("timeout", "optimal") and validate(plan, p).ok
+    # "feasible" where the join's pace had it given up early (as above), which a loaded machine can make it
+    assert plan.status in ("timeout", "feasible", "optimal") and validate(plan, p).ok
+    assert plan.status != "optimal" or plan.gap <= 1e-6
     assert plan.solve_time_s < 10
 
 
