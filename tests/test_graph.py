@@ -37,6 +37,15 @@ def test_negative_nan_or_infinite_costs_are_rejected(value):
         graph({"a": ({"cpu": value}, 0)}, [])
 
 
+@pytest.mark.parametrize("where, field", [("task", "memory"), ("task", "colocaton"), ("graph", "edge")])
+def test_a_misspelt_field_is_refused_by_name_not_left_out(where, field):
+    # a task's "memory" left out would be a task of no memory, which every plan then ignores
+    data = TaskGraph.create([Task("a", {"cpu": 1.0}, memory_bytes=5.0)], []).to_dict()
+    (data["tasks"][0] if where == "task" else data)[field] = 1
+    with pytest.raises(InputError, match=rf"unknown field\(s\) {field}; known: .*memory_bytes|unknown field\(s\) {field}; known: .*edges"):
+        TaskGraph.from_dict(data)
+
+
 def test_duplicate_ids_are_rejected():
     with pytest.raises(InputError, match="duplicate task id 'a'"):
         TaskGraph.create([Task("a", {"cpu": 1}), Task("a", {"cpu": 2})], [])

@@ -38,6 +38,22 @@ def _platform(**kw):
     return Platform((host, g0, g1, g2), network=Link(2.0, 3.0), **kw)
 
 
+@pytest.mark.parametrize("misspelt, where", [
+    ({"devices": [{"name": "cpu", "type": "cpu", "host": True, "memroy": 8e9}]}, "device 'cpu'"),
+    ({"devices": [{"name": "cpu", "type": "cpu", "host": True},
+                  {"name": "g", "type": "a100", "link": {"bandwith": 1e9}}]}, "link of g"),
+    ({"devices": [{"name": "cpu", "type": "cpu", "host": True}], "netwrok": {"bandwidth": 1e9}}, "p.yaml"),
+    ({"devices": [{"name": "c0", "type": "cpu", "host": True}, {"name": "c1", "type": "cpu", "host": True}],
+      "peer_links": [{"between": ["c0", "c1"], "bandwidth": 1e9, "latncy": 1e-6}]}, "peer link #0"),
+])
+def test_a_misspelt_field_is_refused_by_name_not_left_out(misspelt, where):
+    # a device's "memroy" left out would be a device of unlimited memory, which every plan then trusts
+    with pytest.raises(InputError, match=r"unknown field\(s\) (memroy|bandwith|netwrok|latncy); known: "):
+        Platform.from_dict(misspelt, origin="p.yaml")
+    with pytest.raises(InputError, match=where):
+        Platform.from_dict(misspelt, origin="p.yaml")
+
+
 def test_transfers_are_staged_through_the_host_hop_by_hop():
     p = _platform()
     t = Task("a", {"gpu": 1}, output_bytes=20.0)

@@ -32,6 +32,9 @@ from .batch_table import time_at_batch
 from .errors import InputError
 
 SCHEMA = "diviml.graph/1"
+GRAPH_FIELDS = ("schema", "name", "time_unit", "batch_size", "tasks", "edges")
+TASK_FIELDS = ("id", "kind", "time", "time_by_batch", "flops", "bytes_accessed", "memory_bytes", "output_bytes",
+               "transfer_time", "colocation", "allowed_types", "phase", "module")
 Node = TypeVar("Node", bound=Hashable)  # what longest_paths walks: task ids, jobs, units
 
 
@@ -216,8 +219,11 @@ class TaskGraph:
             raise InputError(f"unsupported graph schema {schema!r}: this diviml reads {SCHEMA!r}")
         if not isinstance(data.get("tasks"), list) or not isinstance(data.get("edges"), list):
             raise InputError("a diviml graph needs 'tasks' and 'edges' lists")
+        known_fields(data, GRAPH_FIELDS, "the graph")
         tasks = []
         for i, d in enumerate(data["tasks"]):
+            if isinstance(d, Mapping):
+                known_fields(d, TASK_FIELDS, f"task {d.get('id', f'#{i}')!r}")
             try:
                 tbb = {str(k): {_batch_size(b): _num(v) for b, v in tb.items()}
                        for k, tb in d.get("time_by_batch", {}).items()}
@@ -271,6 +277,14 @@ def longest_paths(order: Iterable[Node], predecessors: Callable[[Node], Iterable
 
 # No time, size or rate of a real model or machine comes near this; beyond it, sums of costs overflow.
 LARGEST = 1e100
+
+
+def known_fields(data: Mapping, fields: tuple[str, ...], what: str) -> None:
+    """Refuse a field the schema does not have: a misspelt one would otherwise be left out silently (a task's
+    'memory' read as no memory at all)."""
+    unknown = sorted(map(str, set(data) - set(fields)))
+    if unknown:
+        raise InputError(f"{what}: unknown field(s) {', '.join(unknown)}; known: {', '.join(fields)}")
 
 
 def _num(v) -> float:

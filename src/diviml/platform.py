@@ -28,7 +28,7 @@ import yaml
 from . import interchangeable
 from .catalogue import CATALOGUE, GPU_LAUNCH, DeviceSpec
 from .errors import InputError, in_file
-from .graph import Task, whole_number
+from .graph import Task, known_fields, whole_number
 from .graph import _num as _json_num
 
 
@@ -175,10 +175,12 @@ class Platform:
         devices: list[Device] = []
         if not isinstance(data["devices"], list):
             raise InputError(f"{origin}: 'devices' must be a list of devices, each with 'name' and 'type'")
+        known_fields(data, PLATFORM_FIELDS, origin)
         try:
             for k, entry in enumerate(data["devices"]):
                 if not isinstance(entry, Mapping):
                     raise InputError(f"{origin}: device #{k} must be a mapping with 'name' and 'type', got {entry!r}")
+                known_fields(entry, DEVICE_FIELDS, f"{origin}: device {entry.get('name', f'#{k}')!r}")
                 count = whole_number(entry.get("count", 1), f"{origin}: count of device #{k}", 1, MAX_COUNT)
                 host = entry.get("host", False)
                 if not isinstance(host, bool):
@@ -265,6 +267,9 @@ def _num(v) -> float:
     return _json_num(v)
 
 
+PLATFORM_FIELDS = ("name", "description", "devices", "peer_links", "network", "groups", "sources", "device_types")
+DEVICE_FIELDS = ("name", "type", "count", "host", "memory", "server", "link", "threads")
+LINK_FIELDS = ("bandwidth", "latency")
 SPEC_FIELDS = ("peak_flops", "memory_bandwidth", "launch_overhead", "memory", "cores", "fp16_peak_flops",
                "bf16_peak_flops", "source")
 
@@ -278,9 +283,7 @@ def _device_spec(name: str, data, origin: str) -> DeviceSpec:
     what = f"{origin}: device type {name!r}"
     if not isinstance(data, Mapping):
         raise InputError(f"{what} must be a mapping with peak_flops and memory_bandwidth")
-    unknown = sorted(map(str, set(data) - set(SPEC_FIELDS)))
-    if unknown:
-        raise InputError(f"{what}: unknown field(s) {', '.join(unknown)}; known: {', '.join(SPEC_FIELDS)}")
+    known_fields(data, SPEC_FIELDS, what)
     missing = [k for k in ("peak_flops", "memory_bandwidth") if k not in data]
     if missing:
         raise InputError(f"{what} needs {' and '.join(missing)} (FLOP/s, bytes/s) to be costed by the roofline")
@@ -343,7 +346,8 @@ def _peer_links(entries, origin: str) -> dict[frozenset, Link]:
         if "between" in entry and len(names) != 2 or len(set(names)) < 2:
             raise InputError(f"{origin}: peer link #{k} must name two different devices in 'between' "
                              "(or several in 'among')")
-        link = _link(entry, f"peer link #{k}")
+        known_fields(entry, ("between", "among", *LINK_FIELDS), f"{origin}: peer link #{k}")
+        link = _link({f: v for f, v in entry.items() if f in LINK_FIELDS}, f"peer link #{k}")
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 peer[frozenset((a, b))] = link
@@ -355,6 +359,7 @@ def _link(d, what: str) -> Link | None:
         return None
     if not isinstance(d, Mapping):
         raise InputError(f"{what} must be a mapping with 'bandwidth' (bytes/s) and optional 'latency' (s), got {d!r}")
+    known_fields(d, LINK_FIELDS, what)
     lat = _num(d.get("latency", 0.0))
     if lat < 0 or math.isnan(lat):
         raise InputError(f"{what}: latency must be >= 0, got {lat}")
