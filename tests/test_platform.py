@@ -54,6 +54,13 @@ def test_a_misspelt_field_is_refused_by_name_not_left_out(misspelt, where):
         Platform.from_dict(misspelt, origin="p.yaml")
 
 
+def test_a_host_with_a_link_is_refused_as_its_link_would_be_ignored():
+    # a GPU marked host by mistake would move its tensors for free
+    with pytest.raises(InputError, match="device 'g' is a host CPU \\('host: true'\\) with a 'link' to the host"):
+        Platform.from_dict({"devices": [{"name": "cpu", "type": "cpu", "host": True},
+                                        {"name": "g", "type": "a100", "host": True, "link": {"bandwidth": 1e9}}]})
+
+
 def test_transfers_are_staged_through_the_host_hop_by_hop():
     p = _platform()
     t = Task("a", {"gpu": 1}, output_bytes=20.0)

@@ -221,9 +221,10 @@ class Platform:
         if dup:
             raise InputError(f"{origin}: duplicate device names {sorted(dup)}: names must be unique")
         for d in self.devices:
-            if not d.is_host and d.link is None:
-                raise InputError(f"{origin}: device {d.name!r} is neither a host CPU ('host: true') nor has a "
-                                 "'link' to the host: give it one")
+            if d.is_host == (d.link is not None):  # a host reads host memory: its link would be ignored
+                raise InputError(f"{origin}: device {d.name!r} " + ("is a host CPU ('host: true') with a 'link' to "
+                                 "the host: drop one" if d.is_host else "is neither a host CPU ('host: true') nor "
+                                 "has a 'link' to the host: give it one"))
         for pair in self.peer_links:
             for n in pair:
                 if n not in self.by_name:
