@@ -106,6 +106,9 @@ def _mutated(data_dir, change):
     (lambda d: d["edges"][0].update(cost=1e308), r"beyond 1e\+100"),
     (lambda d: d["nodes"][0].update(fpgaLatency=True), "expected a number, got True"),
     (lambda d: d["nodes"][0].update(size=[1]), "expected a number"),
+    # once read as true: a string flag put a CPU-only node on the accelerators (the files write booleans and 0/1)
+    (lambda d: d["nodes"][0].update(supportedOnFpga="no"), r"supportedOnFpga must be true or false \(or 1 or 0\)"),
+    (lambda d: d["nodes"][0].update(isBackwardNode=2), "isBackwardNode must be true or false"),
 ])
 def test_a_malformed_scenario_is_one_clear_error(data_dir, change, says):
     data = _mutated(data_dir, change)

@@ -51,7 +51,7 @@ def graph_from_scenario(data: Mapping, name: str = "scenario") -> TaskGraph:
         tasks = []
         for n in data["nodes"]:
             i = node_id(n["id"])
-            on_acc = bool(n.get("supportedOnFpga", True))
+            on_acc = _flag(n.get("supportedOnFpga", True), "supportedOnFpga")
             time = {CPU: _json_num(n["cpuLatency"])}
             if on_acc:
                 time[ACCELERATOR] = _json_num(n["fpgaLatency"])
@@ -59,11 +59,19 @@ def graph_from_scenario(data: Mapping, name: str = "scenario") -> TaskGraph:
             tasks.append(Task(
                 id=i, kind=str(n.get("name", "node")), time=time, memory_bytes=_json_num(n.get("size", 0.0)),
                 transfer_time=transfer.get(i, 0.0), colocation=None if colour is None else f"color{colour}",
-                phase="backward" if n.get("isBackwardNode") else "forward",
+                phase="backward" if _flag(n.get("isBackwardNode", False), "isBackwardNode") else "forward",
                 module=str(n["layerId"]) if n.get("layerId") is not None else None))
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{name}: malformed NeurIPS 2020 scenario ({exc.__class__.__name__}: {exc})") from None
     return TaskGraph.create(tasks, edges, name=name, time_unit=TIME_UNIT)
+
+
+def _flag(value, what: str) -> bool:
+    """A node's true/false field (the authors' files write booleans and 0/1): any other value is refused, not
+    read as true."""
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return bool(value)
+    raise ValueError(f"{what} must be true or false (or 1 or 0), got {value!r}")
 
 
 def platform_from_scenario(data: Mapping, *, accelerators: int | None = None, cpus: int | None = None,
