@@ -84,6 +84,7 @@ HUGE = json.dumps({"tasks": [{"id": "a", "time": {"cpu": 1, "a100": 1}, "memory_
     (lambda t: [_write(t, "huge.json", HUGE)], "no device it may run on"),
     (lambda t: [EXAMPLE, "--gantt", t / "chart.bmp"], "cannot draw"),
     (lambda t: [EXAMPLE, "--time-limit", "-1"], "time limit must be positive"),
+    (lambda t: [EXAMPLE, "--time-limit", "inf"], "time limit must be positive and finite, got inf"),
     (lambda t: [EXAMPLE, "--objective", "pipeline", "--solver", "heft"], "does not handle objective"),
     (lambda t: [_write(t, "empty.json", "[]")], "neither a diviml graph"),
     (lambda t: [EXAMPLE, "--piece-size", "0"], "--piece-size must be a whole number >= 1"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol
@@ -144,8 +145,8 @@ def check_request(objective_kind: str, solver: str, time_limit: float) -> None:
     if objective_kind not in info.objectives:
         raise InputError(f"solver {solver!r} does not handle objective {objective_kind!r}: "
                          f"it handles {', '.join(info.objectives)}")
-    if time_limit is None or not time_limit > 0:
-        raise InputError(f"time limit must be positive, got {time_limit}")
+    if time_limit is None or not 0 < time_limit < math.inf:  # a plan comes back within the limit: it must end
+        raise InputError(f"time limit must be positive and finite, got {time_limit}")
 
 
 def check_options(solver: str, options: dict) -> None:
