@@ -79,6 +79,13 @@ def test_the_cli_profiles_a_phase_and_refuses_phases_of_models_that_have_none(tm
         assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.parametrize("flags", [["--seq", "0"], ["--context", "0"], ["--phase", "decode", "--context", "0"]])
+def test_a_prompt_or_cache_of_zero_tokens_is_refused_not_read_as_the_default(tmp_path, flags, capsys):
+    from diviml.cli import main
+    assert main(["profile", "llama-tiny", *flags, "--device", "none", "--out", str(tmp_path / "x.json")]) == 2
+    assert "must each be at least 1, got" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+
+
 WIDE = DecoderConfig(1, 4096, 32, 32, 11008, 1000, "llama", 4096, "one Llama-2-7B layer, for costs")
 
 

@@ -194,7 +194,8 @@ def cmd_profile(args) -> dict:
         raise InputError(f"--batch {args.batch!r}: give batch sizes like 1,8,32") from None
     if any(b < 1 for b in batches):
         raise InputError("batch sizes must be >= 1")
-    source = _phase_source(args, batches) if (args.phase or args.seq or args.context or args.dtype) else \
+    source = _phase_source(args, batches) if (args.phase or args.seq is not None or args.context is not None
+                                              or args.dtype) else \
         model_source(args.model or args.model_option)
     if source.batch_fixed is not None and batches != [source.batch_fixed]:
         if args.batch != "1":
@@ -272,14 +273,15 @@ def _phase_source(args, batches: list[int]):
     --dtype)."""
     from ..frontends import zoo
     from ..runtime._source import ModelSource
-    phase = args.phase or ("decode" if args.context else "prefill")
-    if (phase == "decode" and args.seq) or (phase == "prefill" and args.context):
+    phase = args.phase or ("decode" if args.context is not None else "prefill")
+    if (phase == "decode" and args.seq is not None) or (phase == "prefill" and args.context is not None):
         raise InputError("--seq sizes a prefill's prompt and --context a decoding step's cache: give the one "
                          "that fits --phase")
     if phase == "decode" and len(batches) > 1:
         raise InputError("a decoding step's KV cache is built for one batch size: give one --batch")
     spec = zoo.llm_spec(args.model or args.model_option, phase, sequence=args.seq,
-                        context=args.context or 2048, batch=batches[0], dtype=args.dtype or "fp32")
+                        context=2048 if args.context is None else args.context, batch=batches[0],
+                        dtype=args.dtype or "fp32")
     return ModelSource(spec.name, spec.build, spec.inputs)
 
 

@@ -67,7 +67,8 @@ def decoder(cfg: DecoderConfig, phase: str = "prefill", *, sequence: int = 2048,
     if phase not in PHASES:
         raise InputError(f"unknown phase {phase!r}: choose prefill or decode")
     if sequence < 1 or context < 1 or batch < 1:
-        raise InputError("sequence, context and batch must be at least 1")
+        raise InputError(f"the prompt (--seq), the cache's context (--context) and the batch must each be at least 1, "
+                         f"got {sequence}, {context} and {batch}")
     if phase == "prefill" and sequence > cfg.max_positions:
         raise InputError(f"a prompt of {sequence} tokens is longer than the model's {cfg.max_positions} positions")
     cache = (batch, cfg.kv_heads, context, cfg.hidden // cfg.heads) if phase == "decode" else None

@@ -122,7 +122,7 @@ def llm_spec(name: str, phase: str = "prefill", *, sequence: int | None = None, 
         raise InputError(f"unknown --dtype {dtype!r}: choose {', '.join(DTYPES)}")
     cfg = DECODERS[name]
     default = min(PREFILL_TOKENS, cfg.max_positions)
-    sequence = sequence or default
+    sequence = default if sequence is None else sequence
     if phase == "decode":
         fixed = batch or 1
         label = f"{name}-decode-c{context}-b{fixed}"
