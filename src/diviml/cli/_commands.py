@@ -194,9 +194,8 @@ def cmd_profile(args) -> dict:
         raise InputError(f"--batch {args.batch!r}: give batch sizes like 1,8,32") from None
     if any(b < 1 for b in batches):
         raise InputError("batch sizes must be >= 1")
-    source = _phase_source(args, batches) if (args.phase or args.seq is not None or args.context is not None
-                                              or args.dtype) else \
-        model_source(args.model or args.model_option)
+    phased = args.phase or args.dtype or args.seq is not None or args.context is not None
+    source = _phase_source(args, batches) if phased else model_source(args.model or args.model_option)
     if source.batch_fixed is not None and batches != [source.batch_fixed]:
         if args.batch != "1":
             raise InputError(f"the factory's inputs have batch {source.batch_fixed}: a factory model is profiled at "
