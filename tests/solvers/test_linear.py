@@ -36,10 +36,12 @@ def test_a_solve_whose_presolve_ignores_the_clock_still_ends_at_the_time_limit()
 
 
 def test_a_stopped_solve_returns_the_best_solution_it_reported_with_its_bound():
+    # in a child process (a model above CHILD_SIZE): its first solution came at 0.8-1.5 s here, and not within
+    # 1.5 s on a loaded CI machine ("unknown"); at 4 s the gap is still 1.3%, far from proven
     m = knapsacks(CHILD_SIZE + 1000)
     started = time.perf_counter()
-    result = solve_linear(m, time_limit=1.5, engine="highs")
-    assert time.perf_counter() - started < 1.5 + 0.5
+    result = solve_linear(m, time_limit=4.0, engine="highs")
+    assert time.perf_counter() - started < 4.0 + 0.5
     assert result.status == "timeout" and result.values is not None and feasible(m, result.values)
     assert result.objective == pytest.approx(sum(c * v for c, v in zip(m.cost, result.values)))
     assert result.bound <= result.objective
