@@ -347,20 +347,19 @@ def _peer_links(entries, origin: str) -> dict[frozenset, Link]:
         if "between" in entry and len(names) != 2 or len(set(names)) < 2:
             raise InputError(f"{origin}: peer link #{k} must name two different devices in 'between' "
                              "(or several in 'among')")
-        known_fields(entry, ("between", "among", *LINK_FIELDS), f"{origin}: peer link #{k}")
-        link = _link({f: v for f, v in entry.items() if f in LINK_FIELDS}, f"peer link #{k}")
+        link = _link(entry, f"peer link #{k}", also=("between", "among"))
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 peer[frozenset((a, b))] = link
     return peer
 
 
-def _link(d, what: str) -> Link | None:
+def _link(d, what: str, also: tuple[str, ...] = ()) -> Link | None:
     if d is None:
         return None
     if not isinstance(d, Mapping):
         raise InputError(f"{what} must be a mapping with 'bandwidth' (bytes/s) and optional 'latency' (s), got {d!r}")
-    known_fields(d, LINK_FIELDS, what)
+    known_fields(d, (*also, *LINK_FIELDS), what)
     lat = _num(d.get("latency", 0.0))
     if lat < 0 or math.isnan(lat):
         raise InputError(f"{what}: latency must be >= 0, got {lat}")
