@@ -34,8 +34,8 @@ def _pointed_at(target: int, fds: tuple[int, ...]):
 
 @contextmanager
 def native_stdout_to_stderr():
-    """Native solver libraries sometimes print on file descriptor 1 (HiGHS's MILP, when it mends a presolved
-    solution): send it to stderr for the duration."""
+    """What a native library prints on file descriptor 1 goes to stderr for the duration: Gurobi's licence and
+    banner lines, which a user may want to read, off the stdout that ``--json`` owns."""
     with _pointed_at(2, (1,)):
         yield
 
@@ -44,6 +44,8 @@ def native_stdout_to_stderr():
 def native_output_discarded():
     """What a native library prints on file descriptors 1 and 2 for the duration goes nowhere. For short calls
     whose prints say nothing to a user: METIS's recursive bisection prints "Cannot bisect a graph with 0
-    vertices" where a weighted part comes out empty, and returns a partition that the partitioner repairs."""
+    vertices" where a weighted part comes out empty, and returns a partition that the partitioner repairs;
+    HiGHS's MIP, its output_flag off, prints "HighsMipSolverData::transformNewIntegerFeasibleSolution
+    tmpSolver.run();" now and then as it mends a presolved solution."""
     with tempfile.TemporaryFile() as sink, _pointed_at(sink.fileno(), (1, 2)):
         yield

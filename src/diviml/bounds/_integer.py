@@ -21,7 +21,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import lil_matrix
 
-from ..native import native_stdout_to_stderr
+from ..native import native_output_discarded
 from ..problem import Problem
 from ._lp import _items, _tolerated, _unit
 from ._simple import _gpipe, _unit_costs, work_classes
@@ -123,7 +123,7 @@ def _solve(problem: Problem, count: Counter, columns: list[tuple[int, int]], n_t
     options: dict[str, float | bool] = {"disp": False, "presolve": False, "node_limit": NODE_LIMIT}
     if time_limit is not None:
         options["time_limit"] = max(float(time_limit), 0.0)
-    with native_stdout_to_stderr():  # HiGHS's MILP prints a line to stdout now and then
+    with native_output_discarded():  # HiGHS's MILP prints a line now and then as it mends a presolved solution
         res = milp(cost, constraints=LinearConstraint(a.tocsr(), low, high), integrality=integrality,
                    bounds=Bounds(np.zeros(n_x + n_t), upper), options=options)
     if res.x is not None:
