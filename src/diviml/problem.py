@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from .batch_table import pricing_sizes
@@ -226,3 +226,31 @@ class Problem:
                     f"tasks {names}{' ...' if len(inside) > 4 else ''} ({len(inside)} in all) may run only on "
                     f"{', '.join(sorted(devices))} and need {needed:.4g} bytes, more than the "
                     f"{held:.4g} those devices hold: raise the memory limit or let the tasks run elsewhere")
+
+
+def whole_tasks(problem: Problem) -> Problem:
+    """The latency problem whose plans are ``problem``'s batch plans that run every task whole: each task takes
+    the batch's time (its batch table at the batch size) and its output is the batch's rows; memory, allowed
+    types and co-location as they are. The simulator gives a placement the same makespan in both, so this
+    problem's optimum (and any bound of it) is the best a batch plan can do without cutting a task into parts;
+    a batch plan that runs every task whole and meets it is optimal among those plans, and the batch
+    objective's bound says how much splitting tasks could gain at most.
+
+    >>> from diviml import Device, Platform, Task
+    >>> task = Task("a", {"gpu": 1.0}, output_bytes=4.0, time_by_batch={"gpu": {8: 2.0}})
+    >>> gpu = Platform((Device("g", "gpu", 1e9, is_host=True),))
+    >>> w = whole_tasks(Problem(TaskGraph.create([task], []), gpu, Objective("batch", 8)))
+    >>> w.objective.kind, w.time("a", "g"), w.graph.by_id["a"].output_bytes
+    ('latency', 2.0, 32.0)
+    """
+    if problem.objective.kind != "batch":
+        raise InputError(f"whole_tasks takes a batch problem, not {problem.objective.kind}")
+    graph, n = problem.graph, problem.batch_size
+    scale = n / graph.batch_size
+    tasks = [replace(t, time={dt: graph.time_at(t.id, dt, n) for dt in t.time}, time_by_batch={},
+                     output_bytes=t.output_bytes * scale,
+                     transfer_time=None if t.transfer_time is None else t.transfer_time * scale)
+             for t in graph.tasks]
+    whole = TaskGraph.create(tasks, graph.edges, name=f"{graph.name} (batch of {n}, tasks whole)",
+                             time_unit=graph.time_unit, batch_size=1)
+    return Problem(whole, problem.platform, Objective("latency"))
