@@ -23,10 +23,9 @@ from pathlib import Path
 import diviml
 from diviml.bounds import lower_bound, lower_bound_source
 from diviml.problem import whole_tasks
-from diviml.validate import validate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from split_models import model_graph  # noqa: E402  (the zoo graphs with batch tables 1-8, cached)
+from split_models import model_graph, timed  # noqa: E402  (zoo graphs with batch tables 1-8, cached)
 
 OUT = Path(__file__).parent / "results" / "whole_tasks.md"
 MODELS = ("resnet50", "googlenet", "inception_v3", "densenet121", "mobilenet_v3_large", "gpt2-small")
@@ -37,16 +36,9 @@ def row(name: str, limit: float) -> str:
     started = time.perf_counter()
     bound, source = lower_bound(problem, limit), lower_bound_source(problem)
     bound_s = time.perf_counter() - started
-    started = time.perf_counter()
-    plan = diviml.solve(problem, "auto", time_limit=limit)
-    plan_s = time.perf_counter() - started
-    assert validate(plan, problem).ok, "the batch plan is rejected by the validator"
+    plan, plan_s = timed(problem, "auto", limit)
     bound, source = max((bound, source), (plan.bound, plan.bound_source))
-    whole_problem = whole_tasks(problem)
-    started = time.perf_counter()
-    whole = diviml.solve(whole_problem, "exact", time_limit=limit)
-    whole_s = time.perf_counter() - started
-    assert validate(whole, whole_problem).ok, "the whole-task plan is rejected by the validator"
+    whole, whole_s = timed(whole_tasks(problem), "exact", limit)
     split_tasks = sum(len(parts) > 1 for parts in plan.parts.values())
     ms = 1e3
     return (f"| {name} | {len(problem.graph)} | {bound * ms:.4g} ({source}) | {bound_s:.1f} | {plan.objective * ms:.4g} "

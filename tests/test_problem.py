@@ -75,10 +75,10 @@ def test_a_batch_plan_of_whole_tasks_is_a_plan_of_its_whole_task_problem_and_tak
         placement = {t.id: rng.choice(problem.allowed_devices[t.id]) for t in problem.graph.tasks}
         parts = parts_from_placement(problem, placement)
         # each device's tasks in one order for both (a random topological order, or the whole problem's list order)
-        ranked = sorted(problem.graph.topological_order, key=lambda t: rng.random())
-        topological = [t for t in nx.lexicographical_topological_sort(nx.DiGraph(problem.graph.edges), key=ranked.index)
-                       ] if problem.graph.edges else ranked
-        topological += [t for t in ranked if t not in topological]
+        dag = nx.DiGraph(problem.graph.edges)
+        dag.add_nodes_from(problem.graph.by_id)
+        rank = {t: rng.random() for t in dag}
+        topological = list(nx.lexicographical_topological_sort(dag, key=rank.__getitem__))
         for order in ({d.name: [(t, 0) for t in topological if placement[t] == d.name]
                        for d in problem.platform.devices}, list_order(whole, parts)):
             batch = schedule(problem, parts, order).makespan
