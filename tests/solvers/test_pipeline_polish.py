@@ -40,6 +40,22 @@ def test_it_moves_nothing_into_a_device_without_the_memory_for_it():
     assert moves == 1 and pipeline_loads(problem, placement).objective == pytest.approx(3.0)
 
 
+def test_it_moves_light_work_between_two_weights_off_the_slowest_device_as_one_group():
+    """w1 -> a -> b -> c -> w2 on g0, 0.4 s a hop: a, b or c alone saves 0.5 s and costs g0 two hops, and every
+    run at an end of g0's holds a weight g1 has no memory for; a, b and c together save 1.5 s for two hops."""
+    link = Link(1e9, 0.0)
+    platform = Platform((Device("g0", "gpu", 10e9, link=link), Device("g1", "gpu", 0.5e9, link=link),
+                         Device("cpu", "cpu", 1e12, is_host=True)))
+    weights = {"memory_bytes": 1e9, "output_bytes": 0.4e9}
+    tasks = [Task("w1", {"gpu": 1.0, "cpu": 100.0}, **weights), Task("w2", {"gpu": 1.0, "cpu": 100.0}, **weights)]
+    tasks += [Task(n, {"gpu": 0.5, "cpu": 100.0}, output_bytes=0.4e9) for n in "abc"]
+    problem = Problem(TaskGraph.create(tasks, [("w1", "a"), ("a", "b"), ("b", "c"), ("c", "w2")]), platform,
+                      Objective("pipeline"))
+    placement, moves = polish(problem, dict.fromkeys("w1 a b c w2".split(), "g0"), Stopwatch(10))
+    assert moves == 1 and {placement[t] for t in "abc"} == {"g1"}
+    assert pipeline_loads(problem, placement).objective == pytest.approx(2.8)
+
+
 def _random_problem(seed: int, training: bool) -> tuple[Problem, dict[str, str]]:
     """A layered DAG over two servers joined by peer links and a network (or a training graph on one server),
     and a random placement of it."""
