@@ -262,11 +262,12 @@ def test_the_pipeline_ip_starts_from_the_layer_program_on_a_model_of_layers():
                         Stopwatch(10)) is None  # no numbered blocks: no layers to split
 
 
-def test_ip_keeps_its_warm_start_and_says_why_when_the_ip_cannot_be_built_in_the_time_left():
+def test_ip_keeps_its_warm_start_polished_and_says_why_when_building_the_ip_would_take_most_of_the_time_left():
     problem = diviml.Problem(layered_dag(1500, seed=0), diviml.preset("a100-ib-2x8"), diviml.Objective("pipeline"))
     plan = diviml.solve(problem, "ip", time_limit=2.0)
     assert validate(plan, problem).ok and plan.status in ("timeout", "feasible")
-    assert any("would take longer to build" in note and "--time-limit" in note for note in plan.notes)
+    assert any("polished in the time left" in note and "to build" in note and "--time-limit" in note
+               for note in plan.notes)
 
 
 def test_the_ip_stops_at_a_warm_start_that_meets_the_lower_bound_and_calls_it_optimal():

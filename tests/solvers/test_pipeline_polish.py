@@ -56,6 +56,22 @@ def test_it_moves_light_work_between_two_weights_off_the_slowest_device_as_one_g
     assert pipeline_loads(problem, placement).objective == pytest.approx(2.8)
 
 
+def test_it_relays_a_tensor_from_another_server_through_the_readers_host_so_the_host_pays_the_network():
+    """p on server A's GPU, its view v there, q on server B's GPU: B's GPU pays a hop and the network for v's
+    tensor. Moved to B's host CPU, the view takes the network off it and costs no one a hop more."""
+    platform = Platform.from_dict({"devices": [
+        {"name": f"{s}{kind}", "type": kind, "server": s, **({"host": True} if kind == "cpu" else {"link": {"bandwidth": 10.0}})}
+        for s in ("a", "b") for kind in ("cpu", "gpu")], "network": {"bandwidth": 2.0}})
+    tasks = [Task("p", {"gpu": 1.0, "cpu": 100.0}, output_bytes=1.0), Task("v", {"gpu": 0.0, "cpu": 0.0}, output_bytes=1.0),
+             Task("q", {"gpu": 1.0, "cpu": 100.0})]
+    problem = Problem(TaskGraph.create(tasks, [("p", "v"), ("v", "q")]), platform, Objective("pipeline"))
+    start = {"p": "agpu", "v": "agpu", "q": "bgpu"}
+    assert pipeline_loads(problem, start).total["bgpu"] == pytest.approx(1.6)
+    placement, moves = polish(problem, start, Stopwatch(10))
+    assert moves == 1 and placement["v"] == "bcpu"
+    assert pipeline_loads(problem, placement).total == pytest.approx({"acpu": 0.0, "agpu": 1.1, "bcpu": 0.5, "bgpu": 1.1})
+
+
 def _random_problem(seed: int, training: bool) -> tuple[Problem, dict[str, str]]:
     """A layered DAG over two servers joined by peer links and a network (or a training graph on one server),
     and a random placement of it."""

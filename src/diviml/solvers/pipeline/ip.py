@@ -28,7 +28,7 @@ from ...simulate import pipeline_loads
 from .. import PROVEN_GAP
 from ..baselines import greedy, local_search
 from ..engines.linear import LinearModel, solve_linear
-from ..engines.plans import Stopwatch, make_plan, plans_of
+from ..engines.plans import VALIDATE_S_PER_PART, Stopwatch, make_plan, plans_of
 from ..engines.symmetry import CRITERIA, base, groups, ordered_pairs, relabel_by_score, server_groups
 from . import dp as pipeline_dp
 from .chain import split_chain
@@ -263,11 +263,15 @@ def warm_start(problem: Problem, watch: Stopwatch, load_bound: float | None = No
                   lambda: split_counts(problem, Stopwatch(max(watch.left / 10, 0.5)), solver=NAME)]
     if not (problem.is_training and problem.objective.training == "gpipe"):
         candidates.insert(0, lambda: pipeline_dp.solve(contiguous, time_limit=max(watch.left / 5, 0.5)))
-    starts = sorted(plans_of(candidates), key=lambda plan: plan.objective)[:POLISHED]
+    found: list[Plan] = []
+    for candidate in candidates:  # past the limit only until one places the model: each takes seconds at scale
+        if not (found and watch.expired):
+            found += plans_of([candidate])
+    starts = sorted(found, key=lambda plan: plan.objective)[:POLISHED]
     if not starts:  # memory and contiguity left the constructive starts nothing: random restarts may place it
         starts = plans_of([lambda: local_search.solve(problem, time_limit=max(watch.left / 4, 0.5))])
-    return min((polished(problem, replace(start, objective_kind="pipeline"), Stopwatch(max(watch.left / 10, 0.5)))
-                for start in starts), key=lambda plan: plan.objective, default=None)
+    return min((polished(problem, replace(start, objective_kind="pipeline"), Stopwatch(watch.left / 10))
+                if not watch.expired else start for start in starts), key=lambda plan: plan.objective, default=None)
 
 
 def polished(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
@@ -289,6 +293,10 @@ def polished(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
 # building the IP and handing it to HiGHS, per column of the estimate (:func:`_columns`): 5.2 s + 1.5 s for
 # GPT-3's 349,035 columns on six servers (estimated 412,542) on this 2-core machine; twice that, for a busy one
 SECONDS_PER_COLUMN = 3e-5
+# of the time left: an IP that takes more to build leaves HiGHS less than twice that for its search, too little
+# to improve on its warm start (GPT-3's pipeline over six-servers: 486,247 columns, estimated 16.5 s, built with
+# 33 s left, and HiGHS handed back its hint after 23 s), so the time goes to polishing the warm start instead
+BUILD_SHARE = 1 / 3
 
 
 def _columns(problem: Problem, contracted: Contracted) -> int:
@@ -300,6 +308,17 @@ def _columns(problem: Problem, contracted: Contracted) -> int:
     if problem.objective.contiguous:  # z, and a row per class and pair of devices ordering the stages
         per_device += k
     return len(contracted.members) * (per_device * k + 2 * len(platform.peer_links))
+
+
+def _kept_polished(problem: Problem, start: Plan, columns: int, watch: Stopwatch) -> Plan:
+    """The warm start polished in the time left, where building the IP of about ``columns`` columns would
+    take more than :data:`BUILD_SHARE` of it."""
+    left = watch.left
+    start = polished(problem, start, Stopwatch(max(left * 0.9 - VALIDATE_S_PER_PART * len(problem.graph), 0.1)))
+    return make_plan(problem, placement=start.placement, solver=NAME, status="timeout", watch=watch, notes=[
+        f"kept the warm start, polished in the time left: the IP (about {columns:,} columns) would take more "
+        f"than {BUILD_SHARE:.0%} of the {left:.1f} s left to build and hand over; a longer --time-limit runs it",
+        *start.notes])
 
 
 def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: str = "auto",
@@ -323,10 +342,8 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
                              "the DP over ideals proved this contiguous split optimal: no IP needed", *start.notes])
     scale = start.objective if start else generic
     columns = _columns(problem, contracted)
-    if start is not None and columns * SECONDS_PER_COLUMN > watch.left:
-        return make_plan(problem, placement=start.placement, solver=NAME, status="timeout", watch=watch, notes=[
-            f"kept the warm start: the IP (about {columns:,} columns) would take longer to build and hand over "
-            f"than the {watch.left:.1f} s left; a longer --time-limit runs it", *start.notes])
+    if start is not None and columns * SECONDS_PER_COLUMN > watch.left * BUILD_SHARE:
+        return _kept_polished(problem, start, columns, watch)
     m, maps = build(problem, contracted, symmetry, unit=1000.0 / scale if scale > 0 else 1.0)
     hint = hint_vector(m, maps, problem, contracted, start.placement, symmetry) if start else None
     if progress:

@@ -4,19 +4,21 @@ On a large model the IP stops at its limit with its warm start, a chain of runs 
 fall where a device's memory or the bisection's target stops them: on GPT-3 over six servers the H100s are
 full of weights, some V100s hold 1.5 GB less than they could and the last device of the chain has time to
 spare, while the A100s carry the largest load. The polish repeatedly takes the device of the largest load
-and moves one class off it (a task, or a co-location group; where none helps, an *island*: up to :data:`BLOCK`
+and moves one class off it (a task, a view or a co-location group; where none helps, an *island*: up to :data:`BLOCK`
 classes of little memory joined by their tensors, such as a layer's attention between the projections whose
 weights stay, which moved alone would each pay hops both ways; else a run of up to :data:`BLOCK`
 consecutive classes at either end of a run it holds, which cuts no new tensor inside it) to the device, with
 the memory for it, where the largest of the loads the move changes is least, as long as that stays below the
-load it relieves. Every move lowers the sorted vector of loads, so the search ends; it stops earlier at its
-deadline. Single classes of no compute on the slowest device (views, reshapes) are not moved: they could only
-save it a hop. Loads are the simulator's (:func:`diviml.simulate.pipeline_loads`: compute, each tensor's hop
+load it relieves. Where no class of its own helps, a *relay*: a class of no compute on another server whose
+output the slowest device reads (a view) moves, usually to the host CPU of the slowest device's server, which
+then pays the network instead of it. Every move lowers the sorted vector of loads, so the search ends; it
+stops earlier at its deadline. Loads are the simulator's (:func:`diviml.simulate.pipeline_loads`: compute, each tensor's hop
 out of its device once and into each other device that reads it, both ends of a peer link, the network on
 the receiver) and are kept up to date per move from the tensors the moved classes produce and read.
 
 GPT-3's pipeline over six-servers: 1.736 -> 1.710 s (19 moves, 1 s; with islands 1.7089 s, where 1.7103 s
-without, and its BF16 prefill 0.16602 -> 0.16596 s); over a100-ib-2x8 20.13 -> 18.58 s, 0.05% above the work
+without, and its BF16 prefill 0.16602 -> 0.16596 s; with relays, and views off the slowest device, which
+take the network off it the same way, 1.7068 s from the same warm start); over a100-ib-2x8 20.13 -> 18.58 s, 0.05% above the work
 MILP's bound (117 moves). Non-contiguous splits of inference and PipeDream-style training only
 (a move may break a contiguous stage, and GPipe sums two maxima that one move trades against each other).
 """
@@ -157,32 +159,34 @@ class _State:
         """Make the best move off the device of the largest load (above); False where none lowers it."""
         source = max(self.load, key=self.load.__getitem__)
         limit = self.load[source] * (1 - SLACK)
-        singles = [(c,) for c, d in enumerate(self.device) if d == source and self.time(c, d)]
-        best = (self._best(singles, source, limit, watch) or self._best(self._islands(source), source, limit, watch)
-                or self._best(self._blocks(source), source, limit, watch))
+        singles = [(c,) for c, d in enumerate(self.device) if d == source]
+        best = (self._best(singles, limit, watch) or self._best(self._relays(source), limit, watch)
+                or self._best(self._islands(source), limit, watch) or self._best(self._blocks(source), limit, watch))
         if best is None:
             return False
         _, block, target, delta, changed = best
         for d, x in delta.items():
             self.load[d] += x
+        home = self.device[block[0]]
         for c in block:
-            self.used[source] -= self.memory[c]
+            self.used[home] -= self.memory[c]
             self.used[target] += self.memory[c]
             self.device[c] = target
         for p, (readers, charge) in changed.items():
             self.readers[p], self.charge[p] = readers, charge
         return True
 
-    def _best(self, blocks, source: str, limit: float, watch: Stopwatch):
-        """The move of one of ``blocks`` off ``source`` whose largest changed load is least and below
-        ``limit``: (that load, block, target, load changes, producers' changes), or None."""
+    def _best(self, blocks, limit: float, watch: Stopwatch):
+        """The move of one of ``blocks`` (each on one device) to another device whose largest changed load is
+        least and below ``limit``: (that load, block, target, load changes, producers' changes), or None."""
         best = None
         for block in blocks:
             if watch.expired:
                 break
             memory = sum(self.memory[c] for c in block)
+            home = self.device[block[0]]
             for target in self.load:
-                times = [self.time(c, target) for c in block] if target != source else [None]
+                times = [self.time(c, target) for c in block] if target != home else [None]
                 if (any(t is None for t in times) or self.used[target] + memory > self.capacity[target]
                         or self.load[target] + sum(t or 0.0 for t in times) >= (best[0] if best else limit)):
                     continue
@@ -191,6 +195,22 @@ class _State:
                 if peak < (best[0] if best else limit):
                     best = (peak, block, target, delta, changed)
         return best
+
+    def _relays(self, source: str):
+        """Classes of no compute elsewhere whose output ``source`` reads from another server: moved to a
+        device of the source's server (its host CPU), they take the network off the source."""
+        graph, server = self.problem.graph, self.server
+        seen: set[int] = set()
+        for c, d in enumerate(self.device):
+            if d != source:
+                continue
+            for t in self.members[c]:
+                for u in graph.predecessors[t]:
+                    r = self.class_of[u]
+                    if (r not in seen and server[self.device[r]] != server[source]
+                            and self.time(r, self.device[r]) == 0):
+                        seen.add(r)
+                        yield (r,)
 
     def _islands(self, source: str):
         """The connected sets of 2 to :data:`BLOCK` classes that ``source`` holds among those of little memory
