@@ -86,7 +86,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, max_idea
     watch = Stopwatch(time_limit)
     if problem.is_training and problem.objective.training == "gpipe":
         raise InputError("the DP handles inference and PipeDream training; for GPipe use --solver ip")
-    device_classes(problem)  # a platform the DP cannot run on is refused before any work (the fallback: 2 s at 3,000 tasks)
+    device_classes(problem)  # a platform it cannot run on is refused before any work (its fallback: 2 s at 3,000 tasks)
     contracted = Contracted(problem, merge_trivial=True)
     upper, fallback = math.inf, None  # small graphs: no cut needed, and finding one costs more than it saves
     if contracted.num_classes > SMALL_GRAPH:

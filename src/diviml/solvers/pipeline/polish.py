@@ -4,23 +4,28 @@ On a large model the IP stops at its limit with its warm start, a chain of runs 
 fall where a device's memory or the bisection's target stops them: on GPT-3 over six servers the H100s are
 full of weights, some V100s hold 1.5 GB less than they could and the last device of the chain has time to
 spare, while the A100s carry the largest load. The polish repeatedly takes the device of the largest load
-and moves one class off it (a task, a view or a co-location group; where none helps, an *island*: up to :data:`BLOCK`
-classes of little memory joined by their tensors, such as a layer's attention between the projections whose
-weights stay, which moved alone would each pay hops both ways; else a run of up to :data:`BLOCK`
-consecutive classes at either end of a run it holds, which cuts no new tensor inside it) to the device, with
-the memory for it, where the largest of the loads the move changes is least, as long as that stays below the
-load it relieves. Where no class of its own helps, a *relay*: a class of no compute on another server whose
-output the slowest device reads (a view) moves, usually to the host CPU of the slowest device's server, which
-then pays the network instead of it. Every move lowers the sorted vector of loads, so the search ends; it
-stops earlier at its deadline. Loads are the simulator's (:func:`diviml.simulate.pipeline_loads`: compute, each tensor's hop
-out of its device once and into each other device that reads it, both ends of a peer link, the network on
-the receiver) and are kept up to date per move from the tensors the moved classes produce and read.
+and moves one class off it (a task, a view or a co-location group) to the device, with the memory for it,
+where the largest of the loads the move changes is least, as long as that stays below the load it relieves.
+Where no class of its own helps, in turn:
+
+- a *relay*: a class of no compute on another server whose output the slowest device reads (a view) moves,
+  usually to the host CPU of the slowest device's server, which then pays the network instead of it;
+- an *island*: up to :data:`BLOCK` classes of little memory joined by their tensors, such as a layer's
+  attention between the projections whose weights stay, which moved alone would each pay hops both ways;
+- a run of up to :data:`BLOCK` consecutive classes at either end of a run it holds, which cuts no new tensor
+  inside it.
+
+Every move lowers the sorted vector of loads, so the search ends; it stops earlier at its deadline. Loads are
+the simulator's (:func:`diviml.simulate.pipeline_loads`: compute, each tensor's hop out of its device once and
+into each other device that reads it, both ends of a peer link, the network on the receiver) and are kept up
+to date per move from the tensors the moved classes produce and read.
 
 GPT-3's pipeline over six-servers: 1.736 -> 1.710 s (19 moves, 1 s; with islands 1.7089 s, where 1.7103 s
-without, and its BF16 prefill 0.16602 -> 0.16596 s; with relays, and views off the slowest device, which
-take the network off it the same way, 1.7068 s from the same warm start); over a100-ib-2x8 20.13 -> 18.58 s, 0.05% above the work
-MILP's bound (117 moves). Non-contiguous splits of inference and PipeDream-style training only
-(a move may break a contiguous stage, and GPipe sums two maxima that one move trades against each other).
+without, and its BF16 prefill 0.16602 -> 0.16596 s; with relays, and views off the slowest device, which take
+the network off it the same way, 1.7068 s from the same warm start, and its decoding step 0.6994 -> 0.6921 s);
+over a100-ib-2x8 20.13 -> 18.58 s, 0.05% above the work MILP's bound (117 moves). Non-contiguous splits of
+inference and PipeDream-style training only (a move may break a contiguous stage, and GPipe sums two maxima
+that one move trades against each other).
 """
 
 from __future__ import annotations
