@@ -26,7 +26,8 @@ Batch objective: the batch is split the same way for every task into L near-equa
 (L = 1 .. number of devices, skipping splits whose HEFT makespan is far behind the best split's, see
 :func:`.search.promising_splits`; each solved in turn with its share of the time), so each sub-batch flows
 through the graph as its own copy (see :mod:`.jobs`); the best is kept. The bound is the problem's general
-lower bound, since splits outside that family are not searched.
+lower bound, since splits outside that family are not searched; the whole batch's model (L = 1) bounds the
+plans that run every task whole, which the plan reports (``whole_task_bound``, :func:`.search.whole_task_note`).
 """
 
 from __future__ import annotations

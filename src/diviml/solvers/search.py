@@ -16,8 +16,9 @@ from dataclasses import replace
 
 from ..bounds import lower_bound, lower_bound_source, serial_upper_bound
 from ..errors import InfeasibleError, InputError
-from ..plan import Plan
+from ..plan import Plan, format_gap
 from ..problem import Problem
+from . import ROUNDING_GAP
 from .baselines import best_device, data_parallel, greedy, heft, list_search, memory_split, window_polish
 from .baselines.priced_segments import priced_segments_plan
 from .baselines.streamed import streamed_plan
@@ -230,6 +231,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
     best, improved, bound = baseline, False, lower_bound(problem, watch.left / 4)
     source = lower_bound_source(problem)
     statuses, notes, stats = [], [], _baseline_stats(baseline)
+    whole: tuple[float, bool] | None = None  # batch: the whole-batch model's bound, and whether it is its optimum
     for i, sizes in enumerate(splits):
         jobs = JobGraph(problem, sizes)
         if progress and len(splits) > 1:
@@ -244,6 +246,9 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
             break
         out = engine(jobs, upper, budget, best)
         statuses.append(out.status)
+        if not latency and len(sizes) == 1 and out.status != "unknown" and out.bound > 0:  # every task whole
+            # infeasible: no such plan within the model's horizon, the upper bound it was given
+            whole = (min(out.bound, upper), out.status == "optimal")
         if out.status == "infeasible" and latency:
             raise InfeasibleError("no plan satisfies the memory and co-location constraints: raise the memory "
                                   "limit or relax the groups")
@@ -271,10 +276,40 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
         status = "optimal"
     bound, source = better_bound((bound, source), (best.bound, best.bound_source))
     bound = min(bound, best.objective)
+    if whole is not None and status != "optimal":
+        stats["whole_task_bound"] = whole[0]
+        notes.append(whole_task_note(best, whole[0], whole[1], bound))
     if progress:
         progress(f"  {name}: best {best.objective:.6g}, bound {bound:.6g} ({source}) at {watch.elapsed:.1f} s")
     return replace(best, solver=name, status=status, bound=bound, bound_source=source,
                    solve_time_s=watch.elapsed, notes=tuple(notes), stats={**best.stats, **stats})
+
+
+def whole_task_note(plan: Plan, whole_bound: float, proven: bool, bound: float) -> str:
+    """What a batch plan is worth against the plans that run every task on the whole batch at once, whose
+    least makespan is at least ``whole_bound`` (``proven``: equal to it): where the batch bound is far below a
+    plan, the cause is what cutting tasks into parts might gain, and this says how good the plan is without that.
+    A plan within :data:`ROUNDING_GAP` of ``whole_bound`` meets it (the models round times down).
+
+    >>> p = Plan("batch", (), objective=3.1, bound=1.9, status="timeout", solver="split", batch_size=8)
+    >>> whole_task_note(p, 3.1, True, 1.9)
+    'optimal among the plans that run every task on the whole batch at once (their optimum, 3.1, proven); a plan that cuts tasks into parts is bounded at 1.9 here, 38.71% under it'
+    """
+    unit = f" {plan.time_unit}" if plan.time_unit != "s" else ""
+    split = any(len(parts) > 1 for parts in plan.parts.values())
+    meets = plan.objective <= whole_bound * (1 + ROUNDING_GAP)  # within the models' rounding of times
+    if meets and split:
+        lead = 1 - plan.objective / whole_bound
+        how = f"{format_gap(lead)} faster than" if lead > ROUNDING_GAP else "at least as fast as"
+        return (f"{how} any plan that runs every task on the whole batch at once (those take at least "
+                f"{whole_bound:.6g}{unit})")
+    if meets:
+        what = f"their optimum, {whole_bound:.6g}{unit}, proven" if proven else f"none under {whole_bound:.6g}{unit}"
+        return (f"optimal among the plans that run every task on the whole batch at once ({what}); a plan that cuts "
+                f"tasks into parts is bounded at {bound:.6g}{unit} here, {format_gap(1 - bound / plan.objective)} "
+                "under it")
+    return (f"the plans that run every task on the whole batch at once take at least {whole_bound:.6g}{unit} "
+            f"({format_gap(1 - whole_bound / plan.objective)} under this plan)")
 
 
 def _with_split_note(notes: list[str], sizes: tuple[int, ...]) -> list[str]:

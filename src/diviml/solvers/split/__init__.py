@@ -37,7 +37,10 @@ in 1 .. K, :func:`.search.promising_splits`), each a
 copy of the graph; the state is the exit device of every copy, and the exit options are each single
 device for all copies or free. The plan is the best of the join's plans and the baselines
 (:func:`..search.baseline_plan`: HEFT, best single device, data parallelism, the batch streamed through a
-pipeline); its bound is the problem's lower bound.
+pipeline); its bound is the problem's lower bound. The whole batch's walk (L = 1: every task whole) is the
+latency problem of whole tasks (:func:`diviml.problem.whole_tasks`); where its cuts are series points the DP on
+its module bounds bounds those plans, which the plan reports (``whole_task_bound``,
+:func:`..search.whole_task_note`).
 """
 
 from __future__ import annotations

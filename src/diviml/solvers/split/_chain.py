@@ -10,12 +10,12 @@ from dataclasses import dataclass, field, replace
 from ...bounds import MODULE_DP
 from ...errors import InfeasibleError
 from ...plan import Plan
-from ...problem import Problem
-from .. import meets_its_bound
+from ...problem import Problem, whole_tasks
+from .. import ROUNDING_GAP, meets_its_bound
 from ..engines.jobs import JobGraph
 from ..engines.modules import Chain, detect
 from ..engines.plans import MAKE_PLAN_S_PER_TASK, Stopwatch, better_bound
-from ..search import promising_splits
+from ..search import promising_splits, whole_task_note
 from ._join import Counts, JoinResult, join, plan_of
 from ._messages import NAME
 from ._partial import takes_time
@@ -105,6 +105,7 @@ class _Walks:
     out_of_time: bool = False  # a join stopped at its deadline before the last module
     counts: Counts = field(default_factory=Counts)
     passes: int = 0
+    whole: tuple[float, bool] | None = None  # batch: the whole batch's DP bound (every task whole), and if it is met
     notes: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
 
@@ -125,6 +126,9 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
                  f"tensors), {workers} worker(s)")
     # with series cuts only, the DP run on the module solves' bounds (constants left out) bounds the optimum
     bounds = chain_bounds(problem, chain)
+    # batch: the whole batch at once is the latency problem of whole tasks, whose DP on bounds may hold
+    whole_bounds = (problem.objective.kind == "batch" and not chain.multi_channel_cuts
+                    and chain_bounds(whole_tasks(problem), chain))
     walks = _Walks()
     pool = Pool(problem, workers)
     try:
@@ -132,7 +136,8 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
             if meets_its_bound(walks.best):  # no split can better a proven plan
                 break
             _walk(problem, chain, sizes, pool, Stopwatch(search.left / (len(splits) - i)), watch, walks, background,
-                  bounds=bounds, module_time_limit=module_time_limit, seed=seed, progress=progress,
+                  bounds=bounds, whole_bounds=whole_bounds and len(sizes) == 1,
+                  module_time_limit=module_time_limit, seed=seed, progress=progress,
                   label=label + (f" [{len(sizes)} sub-batches]" if len(splits) > 1 else ""))
     finally:
         pool.close()
@@ -153,23 +158,26 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
 
 def _walk(problem: Problem, chain: Chain, sizes: tuple[int, ...], pool: Pool, share: Stopwatch, watch: Stopwatch,
           walks: _Walks, background: Background, *, bounds: bool, module_time_limit: float, seed: int, progress,
-          label: str) -> None:
+          label: str, whole_bounds: bool = False) -> None:
     """Join the chain for one batch split, keeping the better plan in ``walks``; on a chain of series cuts with
     unfinished module solves, walk again with 4x their time, and 4x the cap on one solve's time where that is
     what stopped them (a tighter bound, maybe a better plan; proven answers are reused, so the time goes to
-    the rest) while the split's share of the time lasts."""
+    the rest) while the split's share of the time lasts. ``whole_bounds`` (a batch's whole split, every task
+    whole): the DP on the module bounds bounds the plans that run every task whole, kept in ``walks.whole``."""
     memory_binds = bool(JobGraph.whole(problem).memory_limits())
     exact_chain = separable(problem, chain)
     scale, cap = 1.0, module_time_limit
     while True:
         res = join(problem, chain, sizes, pool, share, memory_binds=memory_binds, module_time_limit=cap,
-                   seed=seed, progress=progress, scale=scale, bounds=bounds, label=label)
+                   seed=seed, progress=progress, scale=scale, bounds=bounds or whole_bounds, label=label)
         walks.passes += 1
         walks.counts += res.counts
         walks.out_of_time = walks.out_of_time or res.out_of_time is not None
         if walks.passes == 1:  # the baseline is due: the join's plan is compared with it and needs its bound
             walks.baseline = walks.best = background.result()
         plan = plan_of(problem, sizes, res, bounds, watch, walks.notes)
+        if plan is not None and whole_bounds and not res.repaired and res.lower > 0:
+            walks.whole = (res.lower, res.partial.makespan <= res.lower * (1 + ROUNDING_GAP))
         if plan is not None and bounds:
             walks.chain_bound = max(walks.chain_bound or 0.0, res.lower)
             walks.proven = walks.proven or (exact_chain and res.counts.optimal == res.counts.solves)
@@ -238,5 +246,8 @@ def _finish(problem: Problem, chain: Chain, walks: _Walks, splits: int, reused: 
     unfinished = counts.heft or counts.optimal < counts.solves
     status = "optimal" if (walks.proven and best.solver == NAME) or best.objective <= bound * (1 + 1e-9) else (
         "timeout" if (bounds and unfinished) or counts.heft or watch.expired else "feasible")
+    if walks.whole is not None and status != "optimal":
+        stats["whole_task_bound"] = walks.whole[0]
+        notes.append(whole_task_note(best, walks.whole[0], walks.whole[1], bound))
     return replace(best, solver=NAME, status=status, bound=bound, bound_source=source, solve_time_s=watch.elapsed,
                    notes=tuple(notes), stats={**best.stats, **stats})
