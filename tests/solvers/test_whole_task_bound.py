@@ -51,13 +51,13 @@ def test_the_note_says_whether_the_plan_is_the_best_of_whole_tasks_or_beats_them
     whole = Plan("batch", (diviml.plan.Assignment("a", "gpu"),), objective=3.1, bound=1.9, status="timeout",
                  solver="split", batch_size=8)
     assert whole_task_note(whole, 3.1, True, 1.9) == (
-        "optimal among the plans that run every task on the whole batch at once (their optimum, 3.1, proven); a plan "
-        "that cuts tasks into parts is bounded at 1.9 here, 38.71% under it")
-    assert "(none under 3.1)" in whole_task_note(whole, 3.1, False, 1.9)
+        "optimal among the plans that run every task on the whole batch at once (their optimum, 3.1 s, proven); a "
+        "plan that cuts tasks into parts is bounded at 1.9 s here, 38.71% under it")
+    assert "(none under 3.1 s)" in whole_task_note(whole, 3.1, False, 1.9)
     parts = (diviml.plan.Assignment("a", "gpu", batch=5), diviml.plan.Assignment("a", "cpu", batch=3))
     split = Plan("batch", parts, objective=3.0, bound=1.9, status="timeout", solver="split", batch_size=8)
     assert whole_task_note(split, 3.1, True, 1.9) == (
-        "3.23% faster than any plan that runs every task on the whole batch at once (those take at least 3.1)")
+        "3.23% faster than any plan that runs every task on the whole batch at once (those take at least 3.1 s)")
     assert whole_task_note(split, 3.0, False, 1.9).startswith("at least as fast as any plan that runs every task")
     assert whole_task_note(whole, 2.9, False, 1.9) == (
-        "the plans that run every task on the whole batch at once take at least 2.9 (6.45% under this plan)")
+        "the plans that run every task on the whole batch at once take at least 2.9 s (6.45% under this plan)")

@@ -293,9 +293,9 @@ def whole_task_note(plan: Plan, whole_bound: float, proven: bool, bound: float) 
 
     >>> p = Plan("batch", (), objective=3.1, bound=1.9, status="timeout", solver="split", batch_size=8)
     >>> whole_task_note(p, 3.1, True, 1.9)
-    'optimal among the plans that run every task on the whole batch at once (their optimum, 3.1, proven); a plan that cuts tasks into parts is bounded at 1.9 here, 38.71% under it'
+    'optimal among the plans that run every task on the whole batch at once (their optimum, 3.1 s, proven); a plan that cuts tasks into parts is bounded at 1.9 s here, 38.71% under it'
     """
-    unit = f" {plan.time_unit}" if plan.time_unit != "s" else ""
+    unit = f" {plan.time_unit}"
     split = any(len(parts) > 1 for parts in plan.parts.values())
     meets = plan.objective <= whole_bound * (1 + ROUNDING_GAP)  # within the models' rounding of times
     if meets and split:
