@@ -246,24 +246,15 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
             break
         out = engine(jobs, upper, budget, best)
         statuses.append(out.status)
-        if not latency and len(sizes) == 1 and out.status != "unknown" and out.bound > 0:  # every task whole
-            # infeasible: no such plan within the model's horizon, the upper bound it was given
-            whole = (min(out.bound, upper), out.status == "optimal")
-        if out.status == "infeasible" and latency:
-            raise InfeasibleError("no plan satisfies the memory and co-location constraints: raise the memory "
-                                  "limit or relax the groups")
+        whole = _whole_task_bound(out, upper) if not latency and len(sizes) == 1 else whole
         extra = dict(out.stats or {})
         if latency:
             bound, source = better_bound((bound, source), (out.bound, extra.pop("bound_source", engine_bound)))
         if "note" in extra:
             notes.append(extra.pop("note"))
         stats.update(extra)
-        if out.device_of is None:
-            continue
-        plan = plan_from_jobs(jobs, out.device_of, out.start, solver=name, status=out.status, watch=watch)
-        if latency and out.objective and plan.objective > 0:
-            stats["rounding_gap"] = max(0.0, (plan.objective - out.objective) / plan.objective)
-        if best is None or plan.objective < best.objective:
+        plan = _plan_of(jobs, out, name, watch, stats)
+        if plan is not None and (best is None or plan.objective < best.objective):
             best, improved, notes = plan, True, _with_split_note(notes, sizes)
     status = _engine_status(latency, statuses, splits, notes)
     if best is None:
@@ -278,11 +269,35 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
     bound = min(bound, best.objective)
     if whole is not None and status != "optimal":
         stats["whole_task_bound"] = whole[0]
-        notes.append(whole_task_note(best, whole[0], whole[1], bound))
+        notes.append(whole_task_note(best, *whole, bound))
     if progress:
         progress(f"  {name}: best {best.objective:.6g}, bound {bound:.6g} ({source}) at {watch.elapsed:.1f} s")
     return replace(best, solver=name, status=status, bound=bound, bound_source=source,
                    solve_time_s=watch.elapsed, notes=tuple(notes), stats={**best.stats, **stats})
+
+
+def _plan_of(jobs: JobGraph, out, name: str, watch: Stopwatch, stats: dict) -> Plan | None:
+    """The engine's answer as a plan (None: it found none), with a latency model's rounding gap in ``stats``;
+    an error where a latency model has no plan at all."""
+    latency = jobs.problem.objective.kind == "latency"
+    if out.status == "infeasible" and latency:
+        raise InfeasibleError("no plan satisfies the memory and co-location constraints: raise the memory "
+                              "limit or relax the groups")
+    if out.device_of is None:
+        return None
+    plan = plan_from_jobs(jobs, out.device_of, out.start, solver=name, status=out.status, watch=watch)
+    if latency and out.objective and plan.objective > 0:
+        stats["rounding_gap"] = max(0.0, (plan.objective - out.objective) / plan.objective)
+    return plan
+
+
+def _whole_task_bound(out, upper: float) -> tuple[float, bool] | None:
+    """A batch's whole-batch model's bound, which bounds every plan that runs each task whole, and whether it is
+    that model's optimum; None where the engine proved nothing. An infeasible model has no plan within its
+    horizon, the upper bound it was given."""
+    if out.status == "unknown" or out.bound <= 0:
+        return None
+    return min(out.bound, upper), out.status == "optimal"
 
 
 def whole_task_note(plan: Plan, whole_bound: float, proven: bool, bound: float) -> str:
