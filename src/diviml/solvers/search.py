@@ -25,7 +25,7 @@ from .baselines.streamed import streamed_plan
 from .engines.cpsat import solve_jobs
 from .engines.jobs import JobGraph, batch_splits
 from .engines.modules import detect, piece_sizes
-from .engines.outcome import Engine
+from .engines.outcome import Engine, Outcome
 from .engines.plans import VALIDATE_S_PER_PART, Stopwatch, best_of, better_bound, plan_from_jobs
 from .engines.symmetry import CRITERIA, relabel
 from .pipeline.layers import split_layers
@@ -276,7 +276,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
                    solve_time_s=watch.elapsed, notes=tuple(notes), stats={**best.stats, **stats})
 
 
-def _plan_of(jobs: JobGraph, out, name: str, watch: Stopwatch, stats: dict) -> Plan | None:
+def _plan_of(jobs: JobGraph, out: Outcome, name: str, watch: Stopwatch, stats: dict) -> Plan | None:
     """The engine's answer as a plan (None: it found none), with a latency model's rounding gap in ``stats``;
     an error where a latency model has no plan at all."""
     latency = jobs.problem.objective.kind == "latency"
@@ -291,7 +291,7 @@ def _plan_of(jobs: JobGraph, out, name: str, watch: Stopwatch, stats: dict) -> P
     return plan
 
 
-def _whole_task_bound(out, upper: float) -> tuple[float, bool] | None:
+def _whole_task_bound(out: Outcome, upper: float) -> tuple[float, bool] | None:
     """A batch's whole-batch model's bound, which bounds every plan that runs each task whole, and whether it is
     that model's optimum; None where the engine proved nothing. An infeasible model has no plan within its
     horizon, the upper bound it was given."""

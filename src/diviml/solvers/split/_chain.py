@@ -248,6 +248,6 @@ def _finish(problem: Problem, chain: Chain, walks: _Walks, splits: int, reused: 
         "timeout" if (bounds and unfinished) or counts.heft or watch.expired else "feasible")
     if walks.whole is not None and status != "optimal":
         stats["whole_task_bound"] = walks.whole[0]
-        notes.append(whole_task_note(best, walks.whole[0], walks.whole[1], bound))
+        notes.append(whole_task_note(best, *walks.whole, bound))
     return replace(best, solver=NAME, status=status, bound=bound, bound_source=source, solve_time_s=watch.elapsed,
                    notes=tuple(notes), stats={**best.stats, **stats})
