@@ -13,7 +13,7 @@ from collections import Counter
 
 from ...problem import Problem
 
-__all__ = ["colocated_layers", "layers_of", "layer_memory", "runs_from_choices"]
+__all__ = ["colocated_layers", "layers_of", "layer_memory", "numbered_blocks", "runs_from_choices"]
 
 _NUMBERED = re.compile(r"^(.*?)\.(\d+)(?:\.|$)")
 
@@ -54,6 +54,32 @@ def layers_of(problem: Problem) -> list[list[str]]:
     if pending:
         layers.append(pending)
     return layers
+
+
+def numbered_blocks(problem: Problem) -> list[list[str]]:
+    """The tasks of each numbered block alone (:func:`layers_of` without the tasks outside every block),
+    blocks in order, tasks in topological order; [] for a graph without numbered blocks.
+
+    >>> from diviml import Task, TaskGraph, Platform, Problem, Device
+    >>> tasks = [Task("embed", {"cpu": 1}), Task("a", {"cpu": 1}, module="blocks.0.attn"),
+    ...          Task("b", {"cpu": 1}, module="blocks.1.mlp"), Task("head", {"cpu": 1})]
+    >>> graph = TaskGraph.create(tasks, [("embed", "a"), ("a", "b"), ("b", "head")])
+    >>> numbered_blocks(Problem(graph, Platform((Device("cpu", "cpu", is_host=True),))))
+    [['a'], ['b']]
+    """
+    graph = problem.graph
+    numbered = {t.id: _NUMBERED.match(t.module or "") for t in graph.tasks}
+    lists = Counter(m.group(1) for m in numbered.values() if m)
+    if not lists:
+        return []
+    blocks = max(lists, key=lambda prefix: (len({m.group(2) for m in numbered.values() if m and m.group(1) == prefix}),
+                                            lists[prefix]))
+    out: dict[str, list[str]] = {}
+    for t in graph.topological_order:
+        m = numbered[t]
+        if m and m.group(1) == blocks:
+            out.setdefault(m.group(2), []).append(t)
+    return list(out.values())
 
 
 def colocated_layers(problem: Problem) -> list[list[str]]:
