@@ -126,3 +126,19 @@ def test_it_does_not_apply_to_contiguous_splits_few_layers_or_graphs_without_blo
                                     list(problem.graph.edges)), problem.platform, Objective("pipeline"))
     assert split_patterns(flat, Stopwatch(10), _start(flat)) is None
     assert split_patterns(problem, Stopwatch(10), None) is None
+
+
+def test_light_tasks_outside_the_blocks_go_to_the_host_cpu_and_heavy_ones_stay_where_the_start_put_them():
+    attention = {"time": {"gpu": 1.0, "cpu": 50.0}, "memory": 0.5 * GB}
+    feed_forward = {"time": {"gpu": 1.0, "cpu": 50.0}, "memory": 4 * GB}
+    problem = Problem(_blocks(8, attention, feed_forward), _big_and_small(), Objective("pipeline"))
+    plan = split_patterns(problem, Stopwatch(10), _start(problem))
+    assert plan.placement["embed"] == plan.placement["head"] == "cpu"  # 0.1 s each beside a load of 8
+    graph = _blocks(8, attention, feed_forward)
+    heavy = TaskGraph.create([t if t.id != "head" else Task("head", {"gpu": 0.5, "cpu": 20.0}, memory_bytes=0.1 * GB)
+                              for t in graph.tasks], list(graph.edges))
+    problem = Problem(heavy, _big_and_small(), Objective("pipeline"))
+    start = _start(problem)
+    assert start.placement["head"] != "cpu"
+    plan = split_patterns(problem, Stopwatch(10), start)
+    assert plan.placement["head"] == start.placement["head"] and validate(plan, problem).ok

@@ -30,6 +30,7 @@ __all__ = ["split_patterns"]
 
 NAME = "layer patterns"
 MIN_COPIES = 4  # identical layers in a row, at least: fewer are left to the other starts
+HOST_SHARE = 0.05  # of the largest load: what the tasks outside the copies may add to a host CPU
 
 
 def split_patterns(problem: Problem, watch: Stopwatch, start: Plan | None, *, solver: str = NAME) -> Plan | None:
@@ -52,14 +53,16 @@ def split_patterns(problem: Problem, watch: Stopwatch, start: Plan | None, *, so
     placement = _realise(problem, layer, counts, others)
     return make_plan(problem, placement=placement, solver=solver, status="feasible", watch=watch, notes=[
         f"{len(layer.copies)} copies of the repeated layer by {len(counts)} patterns (column generation, "
-        "then whole copies), the other tasks as the start plan placed them"])
+        "then whole copies), the other tasks " + ("as the start plan placed them" if others.items() <= start.placement.items()
+                                                  else "on the host CPUs of the servers the start plan gave them")])
 
 
 def _others(problem: Problem, layer: Layer, start: Plan) -> dict[str, str]:
     """The tasks outside the layer's copies (an embedding, a head): each on the host CPU of the server the start
-    plan put it on, where that host may run it and has the memory for them all, else where the start put it.
-    Their weights on an accelerator take memory the patterns would use better (GPT-3's embedding and head,
-    2.5 GB each: a V100 so filled held a layer's attention less)."""
+    plan put it on, where that host may run it, has the memory for them all and takes at most
+    :data:`HOST_SHARE` of the start's largest load more time for them; else where the start put them. Weights
+    on an accelerator take memory the patterns would use better (GPT-3's embedding and head, 2.5 GB each: a
+    V100 so filled held a layer's attention less); a model mostly outside its copies keeps its start."""
     inside = {t for copy in layer.copies for t in copy}
     platform = problem.platform
     host = {d.server: d.name for d in platform.devices if d.is_host}
@@ -67,9 +70,11 @@ def _others(problem: Problem, layer: Layer, start: Plan) -> dict[str, str]:
     moved = {t: host.get(platform.by_name[d].server, d) for t, d in placed.items()}
     moved = {t: (d if d in problem.allowed_devices[t] else placed[t]) for t, d in moved.items()}
     held: dict[str, float] = {}
+    added: dict[str, float] = {}
     for t, d in moved.items():
         held[d] = held.get(d, 0.0) + problem.graph.by_id[t].memory_bytes
-    if any(held[d] > platform.by_name[d].memory_bytes for d in held):
+        added[d] = added.get(d, 0.0) + problem.time(t, d)
+    if any(held[d] > platform.by_name[d].memory_bytes or added[d] > HOST_SHARE * start.objective for d in held):
         return placed
     return moved
 
