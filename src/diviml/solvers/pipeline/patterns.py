@@ -22,6 +22,7 @@ import numpy as np
 
 from ...plan import Plan
 from ...problem import Problem
+from ...simulate import pipeline_loads
 from ..engines.layers import numbered_blocks
 from ..engines.plans import Stopwatch, make_plan
 from .pattern_mix import Layer, generate, integer_mix
@@ -51,10 +52,22 @@ def split_patterns(problem: Problem, watch: Stopwatch, start: Plan | None, *, so
     if counts is None:
         return None
     placement = _realise(problem, layer, counts, others)
+    moved = not others.items() <= start.placement.items()
+    if moved:  # the master priced the other tasks' compute, not their tensors: where they stay may be better
+        kept = _realise(problem, layer, counts, {t: start.placement[t] for t in others})
+        if _fits(problem, kept) and pipeline_loads(problem, kept).objective < pipeline_loads(problem, placement).objective:
+            placement, moved = kept, False
     return make_plan(problem, placement=placement, solver=solver, status="feasible", watch=watch, notes=[
-        f"{len(layer.copies)} copies of the repeated layer by {len(counts)} patterns (column generation, "
-        "then whole copies), the other tasks " + ("as the start plan placed them" if others.items() <= start.placement.items()
-                                                  else "on the host CPUs of the servers the start plan gave them")])
+        f"{len(layer.copies)} copies of the repeated layer by {len(counts)} patterns (column generation, then "
+        "whole copies), the other tasks " + ("on the host CPUs of the servers the start plan gave them" if moved
+                                              else "as the start plan placed them")])
+
+
+def _fits(problem: Problem, placement: dict[str, str]) -> bool:
+    held: dict[str, float] = {}
+    for t, d in placement.items():
+        held[d] = held.get(d, 0.0) + problem.graph.by_id[t].memory_bytes
+    return all(b <= problem.platform.by_name[d].memory_bytes for d, b in held.items())
 
 
 def _others(problem: Problem, layer: Layer, start: Plan) -> dict[str, str]:
