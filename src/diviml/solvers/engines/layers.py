@@ -29,18 +29,14 @@ def layers_of(problem: Problem) -> list[list[str]]:
     [['embed', 'a'], ['b', 'head']]
     """
     graph = problem.graph
-    numbered = {t.id: _NUMBERED.match(t.module or "") for t in graph.tasks}
-    counts = Counter((m.group(1), m.group(2)) for m in numbered.values() if m)
-    lists = Counter(prefix for prefix, _ in counts)
-    if not lists:
+    block_of = _block_of(problem)
+    if block_of is None:
         return [[t] for t in graph.topological_order]
-    blocks = max(lists, key=lambda prefix: (lists[prefix], sum(n for (p, _), n in counts.items() if p == prefix)))
     layers: list[list[str]] = []
     index_of: dict[str, int] = {}
     pending: list[str] = []  # tasks before the first block
     for t in graph.topological_order:
-        m = numbered[t]
-        key = m.group(2) if m and m.group(1) == blocks else None
+        key = block_of[t]
         if key is not None and key not in index_of:
             index_of[key] = len(layers)
             layers.append(pending)
@@ -67,19 +63,25 @@ def numbered_blocks(problem: Problem) -> list[list[str]]:
     >>> numbered_blocks(Problem(graph, Platform((Device("cpu", "cpu", is_host=True),))))
     [['a'], ['b']]
     """
-    graph = problem.graph
-    numbered = {t.id: _NUMBERED.match(t.module or "") for t in graph.tasks}
-    lists = Counter(m.group(1) for m in numbered.values() if m)
-    if not lists:
-        return []
-    blocks = max(lists, key=lambda prefix: (len({m.group(2) for m in numbered.values() if m and m.group(1) == prefix}),
-                                            lists[prefix]))
+    block_of = _block_of(problem) or {}
     out: dict[str, list[str]] = {}
-    for t in graph.topological_order:
-        m = numbered[t]
-        if m and m.group(1) == blocks:
-            out.setdefault(m.group(2), []).append(t)
+    for t in problem.graph.topological_order:
+        key = block_of.get(t)
+        if key is not None:
+            out.setdefault(key, []).append(t)
     return list(out.values())
+
+
+def _block_of(problem: Problem) -> dict[str, str | None] | None:
+    """Each task's block number in the numbered list holding the most blocks (then the most tasks), None for a
+    task outside it; None for a graph without numbered blocks."""
+    numbered = {t.id: _NUMBERED.match(t.module or "") for t in problem.graph.tasks}
+    counts = Counter((m.group(1), m.group(2)) for m in numbered.values() if m)
+    lists = Counter(prefix for prefix, _ in counts)
+    if not lists:
+        return None
+    blocks = max(lists, key=lambda prefix: (lists[prefix], sum(n for (p, _), n in counts.items() if p == prefix)))
+    return {t: m.group(2) if m and m.group(1) == blocks else None for t, m in numbered.items()}
 
 
 def colocated_layers(problem: Problem) -> list[list[str]]:

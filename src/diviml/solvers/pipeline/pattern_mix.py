@@ -130,6 +130,15 @@ def _price(layer: Layer, prices: _Prices, load_price: np.ndarray, memory_price: 
                  for g in range(n_groups))
 
 
+def _difference(slack: int, plus: int | None, minus: int | None) -> dict[int, float]:
+    """The row ``slack - plus + minus`` (>= 0: slack >= plus - minus), a column that is None left out."""
+    row = {slack: 1.0}
+    for j, c in ((plus, -1.0), (minus, 1.0)):
+        if j is not None:
+            row[j] = row.get(j, 0.0) + c
+    return row
+
+
 def _crossing_rows(layer: Layer, prices: _Prices, load_price: np.ndarray, position: int, readers: tuple[int, ...],
                    col: dict, var, rows: list) -> None:
     """The pricing MILP's rows for the tensor at ``position`` read by the groups ``readers``: o >= y[u,d] -
@@ -147,11 +156,9 @@ def _crossing_rows(layer: Layer, prices: _Prices, load_price: np.ndarray, positi
         for v in readers:
             yu, yv = y(("y", u, d)), y(("y", v, d))
             if out is not None:
-                rows.append(({out: 1.0, **({yu: -1.0} if yu is not None else {}), **({yv: 1.0} if yv is not None else {})}
-                             if yu != yv else {out: 1.0}, 0.0, np.inf))
+                rows.append((_difference(out, yu, yv), 0.0, np.inf))
             if into is not None:
-                rows.append(({into: 1.0, **({yv: -1.0} if yv is not None else {}), **({yu: 1.0} if yu is not None else {})}
-                             if yu != yv else {into: 1.0}, 0.0, np.inf))
+                rows.append((_difference(into, yv, yu), 0.0, np.inf))
             if net is not None:
                 row = {net: 1.0}
                 if yv is not None:

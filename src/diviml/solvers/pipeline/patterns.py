@@ -64,6 +64,7 @@ def split_patterns(problem: Problem, watch: Stopwatch, start: Plan | None, *, so
 
 
 def _fits(problem: Problem, placement: dict[str, str]) -> bool:
+    """Whether the tasks of ``placement`` fit every device's memory."""
     held: dict[str, float] = {}
     for t, d in placement.items():
         held[d] = held.get(d, 0.0) + problem.graph.by_id[t].memory_bytes
@@ -82,23 +83,21 @@ def _others(problem: Problem, layer: Layer, start: Plan) -> dict[str, str]:
     placed = {t: d for t, d in start.placement.items() if t not in inside}
     moved = {t: host.get(platform.by_name[d].server, d) for t, d in placed.items()}
     moved = {t: (d if d in problem.allowed_devices[t] else placed[t]) for t, d in moved.items()}
-    held: dict[str, float] = {}
     added: dict[str, float] = {}
     for t, d in moved.items():
-        held[d] = held.get(d, 0.0) + problem.graph.by_id[t].memory_bytes
         added[d] = added.get(d, 0.0) + problem.time(t, d)
-    if any(held[d] > platform.by_name[d].memory_bytes or added[d] > HOST_SHARE * start.objective for d in held):
+    if not _fits(problem, moved) or any(a > HOST_SHARE * start.objective for a in added.values()):
         return placed
     return moved
 
 
 def _extra(problem: Problem, others: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
     """Per device, the compute and memory of the tasks outside the copies."""
-    devices = [d.name for d in problem.platform.devices]
-    load, memory = np.zeros(len(devices)), np.zeros(len(devices))
+    index = {d.name: k for k, d in enumerate(problem.platform.devices)}
+    load, memory = np.zeros(len(index)), np.zeros(len(index))
     for t, d in others.items():
-        load[devices.index(d)] += problem.time(t, d)
-        memory[devices.index(d)] += problem.graph.by_id[t].memory_bytes
+        load[index[d]] += problem.time(t, d)
+        memory[index[d]] += problem.graph.by_id[t].memory_bytes
     return load, memory
 
 
