@@ -52,6 +52,9 @@ def _children() -> set[int]:
     return pids
 
 
+INTERRUPTED = threading.Event()  # set once a signal is being handled; the process then ends in that thread
+
+
 def _exit_on_signal() -> None:
     """SIGINT and SIGTERM end the run at once, even while a solver is inside native code (an LP, CP-SAT):
     whichever thread the signal lands on, the interpreter's C-level handler writes its number to a pipe (the
@@ -66,6 +69,9 @@ def _exit_on_signal() -> None:
 
     def wait() -> None:
         number = os.read(read, 1)[0]
+        INTERRUPTED.set()  # from here the main thread only waits (see main): its errors are the workers' deaths
+        stderr = os.dup(2)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # and what it would print on its way there is not shown
         for pid in _children():
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -75,9 +81,8 @@ def _exit_on_signal() -> None:
         for tmp in list(graph.STAGING):
             Path(tmp).unlink(missing_ok=True)
         files = "no output is half-written" if whole else "outputs may be incomplete"
-        sys.stderr.write(f"diviml: interrupted ({signal.Signals(number).name}); worker processes stopped, "
-                         f"{files}\n")
-        sys.stderr.flush()
+        os.write(stderr, f"diviml: interrupted ({signal.Signals(number).name}); worker processes stopped, "
+                         f"{files}\n".encode())
         os._exit(128 + number)
     threading.Thread(target=wait, name="diviml-signals", daemon=True).start()
 
@@ -87,8 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     program, the process then ends at once, its output flushed: freeing a large problem's objects at exit
     took 0.7-0.9 s after GPT-3's plan was written, past the command's time limit."""
     as_program = argv is None and threading.current_thread() is threading.main_thread()
-    status = _command(argv, as_program)
+    try:
+        status = _command(argv, as_program)
+    except BaseException:
+        if as_program and INTERRUPTED.is_set():
+            threading.Event().wait()  # the workers were killed under it: the signal's thread ends the process
+        raise
     if as_program:
+        if INTERRUPTED.is_set():
+            threading.Event().wait()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
