@@ -56,3 +56,32 @@ def test_a_signal_ends_a_run_inside_cp_sat():
     started = time.perf_counter()
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=10) == 143 and time.perf_counter() - started < 2.0
+
+
+RUN_WHOSE_MAIN_THREAD_FAILS_AS_ITS_WORKER_DIES = """
+import multiprocessing, sys, time
+from diviml import cli, graph
+
+def schedule(args):  # stands for a solve whose pool breaks when the signal's thread kills its workers
+    worker = multiprocessing.Process(target=time.sleep, args=(60,))
+    worker.start()
+    graph.RENAMING.acquire()  # outputs being renamed: the signal's thread waits for them (up to 1.5 s)
+    sys.stderr.write("solving\\n")
+    sys.stderr.flush()
+    worker.join()
+    raise RuntimeError("a worker died under the solve")
+
+cli.COMMANDS["schedule"] = schedule
+sys.argv = ["diviml", "schedule", "g.json"]
+cli.main()
+"""
+
+
+def test_a_signal_is_reported_in_one_line_even_when_killing_the_workers_makes_the_main_thread_fail():
+    p = subprocess.Popen([sys.executable, "-c", RUN_WHOSE_MAIN_THREAD_FAILS_AS_ITS_WORKER_DIES],
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stderr.readline() == "solving\n"
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=10) == 130
+    rest = p.stderr.read()
+    assert rest == "diviml: interrupted (SIGINT); worker processes stopped, outputs may be incomplete\n"
