@@ -94,13 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     as_program = argv is None and threading.current_thread() is threading.main_thread()
     try:
         status = _command(argv, as_program)
-    except BaseException:
+    finally:  # returned or raised, once a signal came (its workers killed under it) the signal's thread ends it
         if as_program and INTERRUPTED.is_set():
-            threading.Event().wait()  # the workers were killed under it: the signal's thread ends the process
-        raise
-    if as_program:
-        if INTERRUPTED.is_set():
             threading.Event().wait()
+    if as_program:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
