@@ -29,7 +29,7 @@ from ..problem import Objective, Problem
 from .engines.layers import layers_of, runs_from_choices
 from .engines.plans import Stopwatch, make_plan
 
-__all__ = ["server_layer_plan"]
+__all__ = ["layer_shape", "server_layer_plan"]
 
 NAME = "server layers"
 MIN_LAYERS = 8  # layers of the common shape: fewer, and the exact solvers see the whole model anyway
@@ -67,7 +67,7 @@ def server_layer_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
                    for server in {d.server for d in problem.platform.devices})):
         return None  # no server with two accelerators to spread a layer over
     layers = layers_of(problem)
-    shapes = [_shape(problem.graph, layer) for layer in layers]
+    shapes = [layer_shape(problem.graph, layer) for layer in layers]
     common, count = Counter(shapes).most_common(1)[0] if shapes else (None, 0)
     if count < MIN_LAYERS or len(layers) == len(problem.graph):
         return None
@@ -97,7 +97,7 @@ def server_layer_plan(problem: Problem, watch: Stopwatch) -> Plan | None:
     return best
 
 
-def _shape(graph: TaskGraph, layer: list[str]) -> tuple:
+def layer_shape(graph: TaskGraph, layer: list[str]) -> tuple:
     """What makes two layers the same: their tasks' kinds and times in order, and their internal edges."""
     position = {t: k for k, t in enumerate(layer)}
     kinds = tuple((graph.by_id[t].kind, tuple(sorted(graph.by_id[t].time.items()))) for t in layer)
