@@ -421,9 +421,25 @@ def test_the_bound_found_beside_the_join_is_the_whole_problem_s_where_a_baseline
     tasks = [replace(t, module=layer(t.module)) if t.module else t for t in blocks.tasks]
     problem = Problem(TaskGraph.create(tasks, blocks.edges), servers(memory=1000.0), Objective("latency"))
     split_worker.init_worker(problem)
-    plan, bound, _ = split_worker.baselines_and_bound(20.0)
+    plan, bound, _ = split_worker.baselines_and_bound(20.0, time.time())
     assert plan is not None
     assert bound >= critical_path_bound(Problem(problem.graph, problem.platform, problem.objective)) * (1 - 1e-9)
+
+
+def test_the_baselines_beside_the_join_count_their_time_from_when_they_were_asked_for():
+    # a worker that starts late (forking, loading the problem: 0.8 s on GPT-3) has only what is left: asked
+    # for with 30 s, 30 s ago, it answers with HEFT's plan at once; asked for now, it has the time for the
+    # memory segments bound and the plans made from it (a model of layers whose memory binds)
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_pattern_layers import transformer, two_servers
+
+    problem = Problem(transformer(), two_servers(40.0, 20.0), Objective("latency"))
+    split_worker.init_worker(problem)
+    on_time, _, _ = split_worker.baselines_and_bound(30.0, time.time())
+    late, _, _ = split_worker.baselines_and_bound(30.0, time.time() - 30.0)  # the bound is known by now
+    assert late.solver == "heft" and on_time.solver != "heft" and on_time.objective < late.objective
 
 
 def test_a_module_solve_asked_after_its_joins_deadline_is_not_worked_out():

@@ -33,6 +33,7 @@ from .pipeline.layers import split_layers
 from .server_layers import server_layer_plan
 
 BASELINE_S_PER_TASK = 1e-4  # HEFT, its simulation and validation, per task (50,000 tasks: about 5 s)
+HEFT_S_PER_TASK_DEVICE = 2e-5  # HEFT alone, per task and device (GPT-3's 5,286 tasks over 26 devices: 1.4-2.3 s)
 BEST_DEVICE_S_PER_TASK = 2e-4  # the best single device's plan, per task (GPT-3's 5,286 over 26 devices: 0.8 s)
 
 
@@ -82,9 +83,15 @@ def baseline_plan(problem: Problem, watch: Stopwatch, bound_share: float = 0.25)
         # a model of layers over servers, each layer over a server's devices (GPT-3 BF16 over six servers:
         # 1.361 s, priced segments' 1.380 s)
         attempts.append(lambda: server_layer_plan(problem, Stopwatch(max(watch.left / 2, 1e-3))))
-    attempts = [_unless_expired(watch, a) for a in attempts]
+    # each of these takes longer than HEFT (the first runs it): where its share is shorter, HEFT alone is the
+    # better use of the time (GPT-3 over six-servers at 7 s: 9.1-11.2 s with them run, 7.5 s without)
+    found = best_of([_unless_expired(watch, a) for a in attempts] if watch.left / 3 > _heft_seconds(problem) else [])
+    attempts = [lambda: found]
     heft_seconds: list[float] = []
-    attempts.append(_timed(heft_seconds, lambda: heft.solve(problem, time_limit=max(watch.left, 1e-3))))
+    if found is None or watch.left > _heft_seconds(problem):
+        # HEFT, the plan every solver answers with at least: where there is none yet, even past the limit, else
+        # where it has the time (GPT-3 over six-servers at 7 s: 1.4-2.3 s past it, on top of a plan already there)
+        attempts.append(_timed(heft_seconds, lambda: heft.solve(problem, time_limit=max(watch.left, 1e-3))))
     if problem.objective.kind == "batch" and best_device.candidates(problem):
         attempts.append(_if_time_for(watch, heft_seconds, lambda: data_parallel.solve(
             problem, time_limit=max(watch.left / 10, 1e-3))))
@@ -115,6 +122,11 @@ def _priced_and_patterns(problem: Problem, watch: Stopwatch) -> Plan | None:
     if priced is None or watch.expired:
         return priced
     return best_of([lambda: priced, lambda: pattern_layer_plan(problem, priced, Stopwatch(watch.left / 2))])
+
+
+def _heft_seconds(problem: Problem) -> float:
+    """About how long HEFT takes on ``problem`` (:data:`HEFT_S_PER_TASK_DEVICE`)."""
+    return HEFT_S_PER_TASK_DEVICE * len(problem.graph) * len(problem.platform.devices)
 
 
 def _unless_expired(watch: Stopwatch, attempt: Callable[[], Plan | None]) -> Callable[[], Plan | None]:

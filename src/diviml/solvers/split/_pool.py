@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
@@ -27,7 +28,7 @@ class Background:
         if workers > 1:
             self.executor = ProcessPoolExecutor(1, mp_context=process_context(), initializer=init_worker,
                                                 initargs=(problem,))
-            self.future = self.executor.submit(baselines_and_bound, watch.left)
+            self.future = self.executor.submit(baselines_and_bound, watch.left, time.time())
         else:
             self.plan = baseline_plan(problem, watch)
 
