@@ -101,7 +101,7 @@ def pattern_layer_plan(problem: Problem, incumbent: Plan | None, watch: Stopwatc
     placement, rank = dict(outside), _outside_ranks(problem, common, outside)
     for k, (block, (pattern, (_, devices, _))) in enumerate(zip(common, sequence)):
         placement.update(zip(block, devices))
-        rank.update((t, (k, start, start + _duration(problem, t, d), i))  # a view beside a matmul first
+        rank.update((t, (k, start, start + problem.time(t, d), i))  # a view beside a matmul first
                     for i, (t, start, d) in enumerate(zip(block, pattern.starts, devices)))
     order: dict[str, list[tuple[str, int]]] = {d.name: [] for d in problem.platform.devices}
     for t in sorted(placement, key=rank.__getitem__):
@@ -143,10 +143,6 @@ def _outside_ranks(problem: Problem, common: list[list[str]], outside: dict[str,
     position = {t: i for i, t in enumerate(problem.graph.topological_order)}
     firsts = sorted(position[b[0]] for b in common)
     return {t: (bisect_left(firsts, position[t]) - 0.5, position[t], 0, 0) for t in outside}
-
-
-def _duration(problem: Problem, task: str, device: str) -> float:
-    return problem.graph.by_id[task].time[problem.platform.by_name[device].type]
 
 
 def _signatures(mixes, common: list[list[str]], accelerators: list[str]) -> list[tuple[str | None, ...]]:
@@ -257,13 +253,12 @@ def _pack(problem: Problem, common: list[list[str]], images: list[tuple[float, _
     source, exit_ = _ends(graph, common[0])[0], _ends(graph, common[-1])[1]  # type: ignore[index]
     feed = outside[source]
     drains = [outside[v] for v in graph.successors[exit_] if v in outside]
-    tensor = graph.by_id[exit_]
     nodes = sorted({feed, *drains} | {e for _, (e, _, _) in images} | {x for _, (_, _, x) in images})
     jumps = [(d, e) for d in nodes for e in nodes if d != e]
     m, n_jumps, layer = len(images), len(jumps), common[0]
     columns = m + n_jumps + len(nodes)  # layers per image, hand-offs per pair of devices, the last layer's exit
-    cost = np.concatenate([[c for c, _ in images], [platform.transfer_time(tensor, d, e) for d, e in jumps],
-                           [max((platform.transfer_time(tensor, d, e) for e in drains), default=0.0) for d in nodes]])
+    cost = np.concatenate([[c for c, _ in images], [problem.transfer(exit_, d, e) for d, e in jumps],
+                           [max((problem.transfer(exit_, d, e) for e in drains), default=0.0) for d in nodes]])
     row = {d: r for r, d in enumerate(nodes)}
     flow = np.zeros((len(nodes), columns))  # out - in = 1 at the feed, -1 at the last exit
     for j, (_, (entry, _, exit_device)) in enumerate(images):
