@@ -10,7 +10,7 @@ from diviml import Device, Link, Objective, Platform, Problem, Task, TaskGraph
 from diviml.simulate import pipeline_loads
 from diviml.solvers.engines.plans import Stopwatch
 from diviml.solvers.pipeline.ip import warm_start
-from diviml.solvers.pipeline.patterns import _repeated, split_patterns
+from diviml.solvers.pipeline.patterns import repeated_layer, split_patterns
 from diviml.validate import validate
 
 GB = 1e9
@@ -108,7 +108,7 @@ def test_the_repeated_layer_leaves_out_the_tasks_outside_every_block_and_a_block
     tasks = [t if t.id != "ff5" else Task("ff5", {"gpu": 3.0, "cpu": 50.0}, memory_bytes=4 * GB, output_bytes=1e6,
                                           module="blocks.5.mlp") for t in graph.tasks]
     odd = TaskGraph.create(tasks, list(graph.edges))
-    layer = _repeated(Problem(odd, _big_and_small(), Objective("pipeline")))
+    layer = repeated_layer(Problem(odd, _big_and_small(), Objective("pipeline")))
     assert [copy[0] for copy in layer.copies] == [f"attn{k}" for k in range(5)]  # block 5 differs
     assert all("embed" not in copy and "head" not in copy for copy in layer.copies)
 

@@ -12,7 +12,7 @@ from diviml import Device, Link, Objective, Platform, Problem, Task, TaskGraph
 from diviml.generators import layered_dag
 from diviml.simulate import pipeline_loads
 from diviml.solvers.engines.plans import Stopwatch
-from diviml.solvers.pipeline.ip import polished
+from diviml.solvers.pipeline.improve import polished
 from diviml.solvers.pipeline.polish import _State, polish
 from diviml.validate import validate
 

@@ -88,7 +88,7 @@ def evaluate(problem: Problem, parts: Parts, order: Mapping[str, Sequence[tuple[
 
 def make_plan(problem: Problem, parts: Parts | None = None, *, placement: Mapping[str, str] | None = None,
               order=None, solver: str, status: str, watch: Stopwatch, bound: float | None = None,
-              bound_source: str = "", notes: Sequence[str] = (), stats: Mapping[str, float] | None = None) -> Plan:
+              bound_source: str = "", notes: Sequence[str] = (), stats: Mapping[str, float | str] | None = None) -> Plan:
     """Simulate the decision, attach the best known bound (the solver's own ``bound``, named by
     ``bound_source``, or the generic one, whichever is larger), validate, and return the Plan."""
     if parts is None:

@@ -34,9 +34,9 @@ from . import dp as pipeline_dp
 from .chain import split_chain
 from .common import Contracted
 from .counts import split_counts
+from .improve import polished, relieved
 from .layers import split_layers
 from .patterns import split_patterns
-from .polish import polish
 
 NAME = "ip"
 POLISHED = 2  # warm starts polished, the best first
@@ -280,22 +280,6 @@ def warm_start(problem: Problem, watch: Stopwatch, load_bound: float | None = No
                 if not watch.expired else start for start in starts), key=lambda plan: plan.objective, default=None)
 
 
-def polished(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
-    """``plan`` with its slowest devices relieved by :func:`.polish.polish` where that lowers its load (a
-    plan of the same solver and status), else ``plan``."""
-    found = polish(problem, plan.placement, watch)
-    if found is None or found[1] == 0:
-        return plan
-    value = pipeline_loads(problem, found[0]).objective  # the loads alone first: make_plan validates too
-    if value >= plan.objective:
-        return plan
-    moves = f"{found[1]} move{'s' if found[1] != 1 else ''}"
-    return make_plan(problem, placement=found[0], solver=plan.solver, status=plan.status, watch=watch,
-                     bound=plan.bound, bound_source=plan.bound_source, stats=dict(plan.stats), notes=[
-                         *plan.notes, f"polished: {moves} off the slowest devices took the largest load from "
-                         f"{plan.objective:.6g} to {value:.6g}"])
-
-
 # building the IP and handing it to HiGHS, per column of the estimate (:func:`_columns`): 5.2 s + 1.5 s for
 # GPT-3's 349,035 columns on six servers (estimated 412,542) on this 2-core machine; twice that, for a busy one
 SECONDS_PER_COLUMN = 3e-5
@@ -321,6 +305,7 @@ def _kept_polished(problem: Problem, start: Plan, columns: int, watch: Stopwatch
     take more than :data:`BUILD_SHARE` of it."""
     left = watch.left
     start = polished(problem, start, Stopwatch(max(left * 0.9 - VALIDATE_S_PER_PART * len(problem.graph), 0.1)))
+    start = relieved(problem, start, Stopwatch(max(watch.left * 0.9 - VALIDATE_S_PER_PART * len(problem.graph), 0.1)))
     return make_plan(problem, placement=start.placement, solver=NAME, status="timeout", watch=watch, notes=[
         f"kept the warm start, polished in the time left: the IP (about {columns:,} columns) would take more "
         f"than {BUILD_SHARE:.0%} of the {left:.1f} s left to build and hand over; a longer --time-limit runs it",

@@ -27,7 +27,7 @@ from ..engines.layers import numbered_blocks
 from ..engines.plans import Stopwatch, make_plan
 from .pattern_mix import Layer, generate, integer_mix
 
-__all__ = ["split_patterns"]
+__all__ = ["repeated_layer", "split_patterns"]
 
 NAME = "layer patterns"
 MIN_COPIES = 4  # identical layers in a row, at least: fewer are left to the other starts
@@ -42,7 +42,7 @@ def split_patterns(problem: Problem, watch: Stopwatch, start: Plan | None, *, so
     if (objective.kind != "pipeline" or objective.contiguous or problem.colocation_groups or start is None
             or (problem.is_training and objective.training == "gpipe")):
         return None
-    layer = _repeated(problem)
+    layer = repeated_layer(problem)
     if layer is None:
         return None
     others = _others(problem, layer, start)
@@ -116,7 +116,7 @@ def _signature(problem: Problem, copy: list[str], after: list[str] | None) -> tu
     return rows, inner, links
 
 
-def _repeated(problem: Problem) -> Layer | None:
+def repeated_layer(problem: Problem) -> Layer | None:
     """The longest run of identical consecutive numbered blocks (:func:`..engines.layers.numbered_blocks`)
     whose tensors go only to their own copy or the next (the last copy's, and the first's inputs, anywhere),
     or None."""

@@ -1,0 +1,236 @@
+"""Pipelines of a repeated layer: a few copies at a time placed again by CP-SAT, the rest held (an LNS).
+
+The patterns' integer mix (:mod:`.pattern_mix`) places every copy by one of the patterns it generated: its
+whole numbers leave the load of the slowest devices above what a mix of fractions reaches (GPT-3 over
+six-servers: the A100s at 1.674 s where the LP mixes 1.642 s, host CPUs idle at 1.28-1.56 s, their pieces too
+coarse for the patterns at hand). Here a few copies (:data:`FREED`) are freed at a time, each group of each a
+device of its own choosing, and CP-SAT places them beside the held ones. The loads are the simulator's
+(:func:`diviml.simulate.pipeline_loads`), written linearly for the freed copies' tasks and every tensor they
+make or read: a reader away from its producer's device pays the hop in (and the network from another
+server), the producer the hop out (a peer link is priced as a hop; the simulator's loads decide). No device may
+pass the largest load; the summed excess over a target below it is least, so each step moves load off the
+devices above the target, until the largest falls.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections.abc import Mapping
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from ...bounds._lp import _tolerated
+from ...problem import Problem
+from ...simulate import pipeline_loads
+from ..engines.plans import Stopwatch
+from .pattern_mix import Layer
+
+__all__ = ["relieve_copies"]
+
+HOT = 3  # a copy on one of the devices of the largest loads, at random, is freed, and another
+FREED = 2  # copies placed again per step: one on a device of the largest loads, one on one of the least
+STEP_LIMIT_S = 1.0  # CP-SAT's time per step, at most
+TICKS = 1e6  # a microsecond: the model's unit of load
+TARGET = 0.995  # of the largest load: the excess over this is minimised, where no target is given
+STALL = 40  # steps in a row that find nothing: the search ends
+MIN_STEP_S = 0.1  # CP-SAT's time per step, at least
+SLACK_TICKS = 100  # the largest load may rise by this in the model: its terms are rounded one by one
+
+
+def relieve_copies(problem: Problem, layer: Layer, placement: Mapping[str, str], watch: Stopwatch,
+                   target: float | None = None, seed: int = 0) -> tuple[dict[str, str], int]:
+    """``placement`` after steps of the LNS above, and how many steps lowered its loads: until ``watch``
+    expires, the largest load reaches ``target`` (by default the excess is counted over :data:`TARGET` of the
+    largest load) or :data:`STALL` steps in a row find nothing. Never worse (the simulator's loads), within
+    every device's memory (the validator's tolerance)."""
+    rng = random.Random(seed)
+    current, loads = dict(placement), _loads(problem, placement)
+    taken = idle = 0
+    while watch.left > 2 * MIN_STEP_S and idle < STALL:
+        goal = TARGET * loads.max() if target is None else target
+        if loads.max() <= goal:
+            break
+        freed = _choose(problem, layer, current, loads, rng)
+        found = _step(problem, layer, current, loads, freed, goal, min(STEP_LIMIT_S, watch.left - MIN_STEP_S))
+        new_loads = None if found is None else _loads(problem, found)
+        if found is not None and new_loads is not None and _better(new_loads, loads, goal):
+            current, loads, taken, idle = found, new_loads, taken + 1, 0
+        else:
+            idle += 1
+    return current, taken
+
+
+def _loads(problem: Problem, placement: Mapping[str, str]) -> np.ndarray:
+    loads = pipeline_loads(problem, placement)
+    return np.array([loads.forward[d.name] + loads.backward[d.name] for d in problem.platform.devices])
+
+
+def _better(new: np.ndarray, old: np.ndarray, target: float) -> bool:
+    """Whether ``new`` loads are lower: a smaller largest, or the same with less summed excess over ``target``."""
+    if new.max() < old.max() - 1e-12:
+        return True
+    return new.max() <= old.max() + 1e-12 and (np.maximum(new - target, 0).sum()
+                                                < np.maximum(old - target, 0).sum() - 1e-9)
+
+
+def _choose(problem: Problem, layer: Layer, placement: Mapping[str, str], loads: np.ndarray,
+            rng: random.Random) -> list[int]:
+    """The copies to free: one with a task on a device above the target, one on a device of the least load
+    relative to it, the others at random."""
+    names = [d.name for d in problem.platform.devices]
+    ranked = np.argsort(loads)
+    hottest = {names[ranked[-1 - rng.randrange(min(HOT, len(names)))]]}
+    cool = {names[k] for k in ranked[:max(1, len(names) // 4)]}
+    picks: list[int] = []
+    for devices in (hottest, cool):
+        on = [c for c, copy in enumerate(layer.copies) if any(placement[t] in devices for t in copy) and c not in picks]
+        if on:
+            picks.append(rng.choice(on))
+    while len(picks) < min(FREED, len(layer.copies)):
+        c = rng.randrange(len(layer.copies))
+        if c not in picks:
+            picks.append(c)
+    return picks
+
+
+def _step(problem: Problem, layer: Layer, placement: Mapping[str, str], loads: np.ndarray, freed: list[int],
+          goal: float, time_limit: float) -> dict[str, str] | None:
+    """The freed copies placed again by CP-SAT (module doc), or None where it found nothing in time."""
+    graph, platform = problem.graph, problem.platform
+    devices = platform.devices
+    index = {d.name: k for k, d in enumerate(devices)}
+    free_tasks = {t: (c, layer.group[p]) for c in freed for p, t in enumerate(layer.copies[c])}
+    producers = set(free_tasks) | {u for t in free_tasks for u in graph.predecessors[t]}
+    base = loads - _charges(problem, placement, producers, free_tasks)
+    memory = np.zeros(len(devices))
+    for t, name in placement.items():
+        if t not in free_tasks:
+            memory[index[name]] += graph.by_id[t].memory_bytes
+    model = cp_model.CpModel()
+    choice: dict[tuple[int, int], list] = {}
+    load_terms: list[list] = [[] for _ in devices]
+    memory_terms: list[list] = [[] for _ in devices]
+    for c in freed:
+        for g in range(len(layer.memory)):
+            row: list = []
+            for k in range(len(devices)):
+                seconds = layer.times[g][k]
+                if seconds is None or layer.memory[g] + memory[k] > devices[k].memory_bytes:
+                    row.append(0)
+                    continue
+                x = model.new_bool_var(f"x_{c}_{g}_{k}")
+                row.append(x)
+                load_terms[k].append(x * _ticks(seconds))
+                if layer.memory[g]:
+                    memory_terms[k].append(x * int(math.ceil(layer.memory[g])))
+            model.add_exactly_one([x for x in row if not isinstance(x, int)])
+            choice[c, g] = row
+    for u in producers:
+        _charge_terms(problem, model, u, placement, free_tasks, choice, load_terms)
+    for k, d in enumerate(devices):
+        if memory_terms[k] and math.isfinite(d.memory_bytes):
+            model.add(sum(memory_terms[k]) <= int(_tolerated(d.memory_bytes) - memory[k]))
+    peak = _ticks(loads.max()) + SLACK_TICKS  # the terms' rounding aside
+    target = _ticks(goal)
+    excess = []
+    top = model.new_int_var(0, peak, "top")
+    for k in range(len(devices)):
+        total = sum(load_terms[k]) + _ticks(max(base[k], 0.0))
+        model.add(total <= top)
+        e = model.new_int_var(0, peak, f"excess_{k}")
+        model.add(e >= total - target)
+        excess.append(e)
+    model.minimize(len(devices) * top + sum(excess))
+    hinted = set()
+    for c in freed:  # the held placement as the hint (a group's first task's device)
+        for p, t in enumerate(layer.copies[c]):
+            if (c, layer.group[p]) in hinted:
+                continue
+            hinted.add((c, layer.group[p]))
+            for k, x in enumerate(choice[c, layer.group[p]]):
+                if not isinstance(x, int):
+                    model.add_hint(x, index[placement[t]] == k)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(time_limit, MIN_STEP_S)
+    solver.parameters.num_workers = max(os.cpu_count() or 1, 1)
+    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    out = dict(placement)
+    for t, (c, g) in free_tasks.items():
+        out[t] = devices[next(k for k, x in enumerate(choice[c, g]) if not isinstance(x, int) and solver.value(x))].name
+    return out
+
+
+def _ticks(seconds: float) -> int:
+    return int(round(seconds * TICKS))
+
+
+def _charges(problem: Problem, placement: Mapping[str, str], producers: set[str], tasks: Mapping) -> np.ndarray:
+    """Per device, the compute of ``tasks`` and what the tensors of ``producers`` cost (the simulator's rule)."""
+    graph, platform = problem.graph, problem.platform
+    index = {d.name: k for k, d in enumerate(platform.devices)}
+    out = np.zeros(len(index))
+    for t in tasks:
+        out[index[placement[t]]] += problem.time(t, placement[t])
+    for u in producers:
+        task, a = graph.by_id[u], placement[u]
+        staged = False
+        for c in sorted({placement[v] for v in graph.successors[u]} - {a}):
+            peer = platform.peer_links.get(frozenset((a, c)))
+            if peer is not None:
+                out[index[a]] += peer.time(task.output_bytes)
+                out[index[c]] += peer.time(task.output_bytes)
+                continue
+            staged = True
+            out[index[c]] += platform.hop_time(task, platform.by_name[c])
+            if platform.network is not None and platform.by_name[a].server != platform.by_name[c].server:
+                out[index[c]] += platform.network.time(task.output_bytes)
+        if staged:
+            out[index[a]] += platform.hop_time(task, platform.by_name[a])
+    return out
+
+
+def _charge_terms(problem: Problem, model: cp_model.CpModel, u: str, placement: Mapping[str, str],
+                  free_tasks: Mapping, choice: dict, load_terms: list[list]) -> None:
+    """The load terms of producer ``u``'s tensor, its device and its readers' each a one-hot row of literals
+    (a freed task's) or of constants (a held one's): the hop in on a reader's device away from ``u``'s, the
+    network there from another server, the hop out on ``u``'s device where a reader is away."""
+    graph, platform = problem.graph, problem.platform
+    devices = platform.devices
+    task = graph.by_id[u]
+
+    def row(t: str) -> list:
+        if t in free_tasks:
+            return choice[free_tasks[t]]
+        return [int(d.name == placement[t]) for d in devices]
+    home = row(u)
+    readers = [row(v) for v in graph.successors[u]]
+    if not readers:
+        return
+    network = platform.network.time(task.output_bytes) if platform.network else 0.0
+    for k, d in enumerate(devices):
+        hop = _ticks(platform.hop_time(task, d))
+        near = [e for e, other in enumerate(devices) if other.server == d.server]
+        _indicator(model, [(r[k], home[k]) for r in readers], hop, load_terms[k], f"in_{u}_{k}")
+        _indicator(model, [(r[k], sum(home[e] for e in near)) for r in readers], _ticks(network), load_terms[k],
+                   f"net_{u}_{k}")
+        _indicator(model, [(home[k], r[k]) for r in readers], hop, load_terms[k], f"out_{u}_{k}")
+
+
+def _indicator(model: cp_model.CpModel, pairs: list[tuple], cost: int, terms: list, name: str) -> None:
+    """Add ``cost`` times a literal at least ``a - b`` for every pair to ``terms``: a constant where all are."""
+    if cost <= 0:
+        return
+    live = [(a, b) for a, b in pairs if not (isinstance(a, int) and a == 0)]
+    if not live:
+        return
+    if all(isinstance(a, int) and isinstance(b, int) for a, b in live):
+        terms.append(cost * max(0, max(a - b for a, b in live)))
+        return
+    y = model.new_bool_var(name)
+    for a, b in live:
+        model.add(y >= a - b)
+    terms.append(y * cost)
