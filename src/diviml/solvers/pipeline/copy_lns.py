@@ -110,24 +110,7 @@ def _step(problem: Problem, layer: Layer, placement: Mapping[str, str], loads: n
         if t not in free_tasks:
             memory[index[name]] += graph.by_id[t].memory_bytes
     model = cp_model.CpModel()
-    choice: dict[tuple[int, int], list] = {}
-    load_terms: list[list] = [[] for _ in devices]
-    memory_terms: list[list] = [[] for _ in devices]
-    for c in freed:
-        for g in range(len(layer.memory)):
-            row: list = []
-            for k in range(len(devices)):
-                seconds = layer.times[g][k]
-                if seconds is None or layer.memory[g] + memory[k] > devices[k].memory_bytes:
-                    row.append(0)
-                    continue
-                x = model.new_bool_var(f"x_{c}_{g}_{k}")
-                row.append(x)
-                load_terms[k].append(x * _ticks(seconds))
-                if layer.memory[g]:
-                    memory_terms[k].append(x * int(math.ceil(layer.memory[g])))
-            model.add_exactly_one([x for x in row if not isinstance(x, int)])
-            choice[c, g] = row
+    choice, load_terms, memory_terms = _choices(model, layer, freed, devices, memory)
     for u in producers:
         _charge_terms(problem, model, u, placement, free_tasks, choice, load_terms)
     for k, d in enumerate(devices):
@@ -144,15 +127,7 @@ def _step(problem: Problem, layer: Layer, placement: Mapping[str, str], loads: n
         model.add(e >= total - target)
         excess.append(e)
     model.minimize(len(devices) * top + sum(excess))
-    hinted = set()
-    for c in freed:  # the held placement as the hint (a group's first task's device)
-        for p, t in enumerate(layer.copies[c]):
-            if (c, layer.group[p]) in hinted:
-                continue
-            hinted.add((c, layer.group[p]))
-            for k, x in enumerate(choice[c, layer.group[p]]):
-                if not isinstance(x, int):
-                    model.add_hint(x, index[placement[t]] == k)
+    _hint(model, layer, freed, choice, [index[placement[t]] for c in freed for t in layer.copies[c]])
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(time_limit, MIN_STEP_S)
     solver.parameters.num_workers = max(os.cpu_count() or 1, 1)
@@ -162,6 +137,46 @@ def _step(problem: Problem, layer: Layer, placement: Mapping[str, str], loads: n
     for t, (c, g) in free_tasks.items():
         out[t] = devices[next(k for k, x in enumerate(choice[c, g]) if not isinstance(x, int) and solver.value(x))].name
     return out
+
+
+def _choices(model: cp_model.CpModel, layer: Layer, freed: list[int], devices, held: np.ndarray):
+    """Per freed copy and group, a row of literals over the devices (0 where the group cannot run or does not
+    fit beside ``held`` bytes), exactly one true; each device's load (in ticks) and memory terms."""
+    choice: dict[tuple[int, int], list] = {}
+    load_terms: list[list] = [[] for _ in devices]
+    memory_terms: list[list] = [[] for _ in devices]
+    for c in freed:
+        for g in range(len(layer.memory)):
+            row: list = []
+            for k, device in enumerate(devices):
+                seconds = layer.times[g][k]
+                if seconds is None or layer.memory[g] + held[k] > device.memory_bytes:
+                    row.append(0)
+                    continue
+                x = model.new_bool_var(f"x_{c}_{g}_{k}")
+                row.append(x)
+                load_terms[k].append(x * _ticks(seconds))
+                if layer.memory[g]:
+                    memory_terms[k].append(x * int(math.ceil(layer.memory[g])))
+            model.add_exactly_one([x for x in row if not isinstance(x, int)])
+            choice[c, g] = row
+    return choice, load_terms, memory_terms
+
+
+def _hint(model: cp_model.CpModel, layer: Layer, freed: list[int], choice: dict, held: list[int]) -> None:
+    """The held placement (``held``: the device of each freed copy's tasks in turn) as the hint, a group at the
+    device of its first task."""
+    hinted: set[tuple[int, int]] = set()
+    devices = iter(held)
+    for c in freed:
+        for p in range(len(layer.copies[c])):
+            k_held = next(devices)
+            if (c, layer.group[p]) in hinted:
+                continue
+            hinted.add((c, layer.group[p]))
+            for k, x in enumerate(choice[c, layer.group[p]]):
+                if not isinstance(x, int):
+                    model.add_hint(x, k_held == k)
 
 
 def _ticks(seconds: float) -> int:
