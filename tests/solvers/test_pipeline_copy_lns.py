@@ -101,3 +101,11 @@ def test_relieved_keeps_the_plans_solver_status_and_bound_and_says_what_it_did()
     assert plan.solver == "ip" and plan.status == "timeout" and plan.bound == start.bound
     assert plan.objective < start.objective and validate(plan, problem).ok
     assert any(note.startswith("relieved:") for note in plan.notes)
+
+
+def test_a_short_limit_is_kept():
+    problem = Problem(_layers(6), _platform(), Objective("pipeline"))
+    watch = Stopwatch(0.5)
+    placement, _ = relieve_copies(problem, repeated_layer(problem), _all_on(problem, "g0"), watch)
+    assert watch.elapsed < 1.5
+    assert pipeline_loads(problem, placement).objective <= pipeline_loads(problem, _all_on(problem, "g0")).objective
