@@ -41,7 +41,7 @@ from ._segments import Relaxation, memory_segments_bound, memory_segments_relaxa
 from ._series import series_points, windows_of
 from ._simple import critical_path_bound, spread_bound, work_bound
 
-__all__ = ["BOUND_SOURCES", "CUTOFFS", "Cut", "Relaxation", "batch_path_work_bound", "critical_path_bound", "energetic_bound", "energetic_cuts", "hop_work_bound", "integer_work_bound", "integer_work_counts", "lower_bound", "lower_bound_source",
+__all__ = ["BOUND_SOURCES", "CUTOFFS", "Cut", "Relaxation", "batch_path_work_bound", "critical_path_bound", "energetic_bound", "energetic_cuts", "hop_work_bound", "integer_work_bound", "integer_work_counts", "known_lower_bound", "lower_bound", "lower_bound_source",
            "memory_path_bound", "memory_segments_bound", "memory_segments_relaxation", "packable_memory", "path_work_bound", "path_work_seconds", "segment_schedules_bound", "serial_upper_bound", "series_points", "share_lower_bound",
            "spread_bound", "windows_of", "work_bound"]
 
@@ -105,6 +105,12 @@ def lower_bound(problem: Problem, time_limit: float | None = None) -> float:
 
 def _half(seconds: float | None) -> float | None:
     return None if seconds is None else seconds / 2
+
+
+def known_lower_bound(problem: Problem) -> float | None:
+    """:func:`lower_bound` of ``problem`` where it was computed already, else None (never computes it: a search
+    aiming at the bound must not start a bound of its own without a limit)."""
+    return problem.__dict__.get("lower_bound")
 
 
 def lower_bound_source(problem: Problem) -> str:
