@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import networkx as nx
 
 from .errors import ValidationError
-from .graph import longest_paths
+from .graph import Task, longest_paths
+from .platform import Platform
 from .problem import Problem
 
 
@@ -172,6 +173,26 @@ class Loads:
         return {d: self.forward[d] + self.backward[d] for d in self.forward}
 
 
+def tensor_charges(platform: Platform, task: Task, home: str, readers: Iterable[str]) -> list[tuple[str, float]]:
+    """What ``task``'s output, made on ``home`` and read on the devices ``readers``, costs each device, as
+    :func:`pipeline_loads` counts it: (device, seconds) pairs, a device more than once where it pays twice."""
+    out: list[tuple[str, float]] = []
+    staged_out = False
+    for c in sorted(set(readers) - {home}):
+        peer = platform.peer_links.get(frozenset((home, c)))
+        if peer is not None:
+            t = peer.time(task.output_bytes)
+            out += [(home, t), (c, t)]
+            continue
+        staged_out = True
+        out.append((c, platform.hop_time(task, platform.by_name[c])))
+        if platform.by_name[home].server != platform.by_name[c].server:
+            out.append((c, platform.network.time(task.output_bytes)))
+    if staged_out:
+        out.append((home, platform.hop_time(task, platform.by_name[home])))
+    return out
+
+
 def pipeline_loads(problem: Problem, placement: Mapping[str, str]) -> Loads:
     """Per-device load per sample: compute plus the device's own transfer hops.
 
@@ -185,20 +206,10 @@ def pipeline_loads(problem: Problem, placement: Mapping[str, str]) -> Loads:
         a = placement[task.id]
         phase = load[task.phase]
         phase[a] += problem.time(task.id, a)
-        staged_out = False
-        for c in sorted({placement[v] for v in graph.successors[task.id]} - {a}):
-            peer = platform.peer_links.get(frozenset((a, c)))
-            if peer is not None:
-                t = peer.time(task.output_bytes)
-                phase[a] += t
-                phase[c] += t
-                continue
-            staged_out = True
-            phase[c] += platform.hop_time(task, platform.by_name[c])
-            if platform.by_name[a].server != platform.by_name[c].server:
-                phase[c] += platform.network.time(task.output_bytes)
-        if staged_out:
-            phase[a] += platform.hop_time(task, platform.by_name[a])
+        away = {placement[v] for v in graph.successors[task.id]} - {a}
+        if away:  # most tensors stay on their device
+            for device, cost in tensor_charges(platform, task, a, away):
+                phase[device] += cost
     fwd, bwd = load["forward"], load["backward"]
     if problem.is_training and problem.objective.training == "gpipe":
         objective = max(fwd.values()) + max(bwd.values())

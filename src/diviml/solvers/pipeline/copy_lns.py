@@ -23,9 +23,8 @@ from collections.abc import Mapping
 import numpy as np
 from ortools.sat.python import cp_model
 
-from ...bounds._lp import _tolerated
 from ...problem import Problem
-from ...simulate import pipeline_loads
+from ...simulate import pipeline_loads, tensor_charges
 from ..engines.plans import Stopwatch
 from .pattern_mix import Layer
 
@@ -52,7 +51,7 @@ def relieve_copies(problem: Problem, layer: Layer, placement: Mapping[str, str],
     """``placement`` after steps of the LNS above, and how many steps lowered its loads: until ``watch``
     expires, the largest load comes within :data:`CLOSE` of ``target`` (by default the excess is counted over :data:`TARGET` of the
     largest load) or :data:`STALL` steps in a row find nothing. Never worse (the simulator's loads), within
-    every device's memory (the validator's tolerance)."""
+    every device's memory."""
     rng = random.Random(seed)
     current, loads = dict(placement), _loads(problem, placement)
     taken = idle = 0
@@ -108,9 +107,8 @@ def _choose(problem: Problem, layer: Layer, placement: Mapping[str, str], loads:
     names = [d.name for d in problem.platform.devices]
     ranked = np.argsort(loads)
     hot = [names[k] for k in ranked[-HOT:]]
-    second = set(hot)
     picks: list[int] = []
-    for devices in ({rng.choice(hot)}, second):
+    for devices in ({rng.choice(hot)}, set(hot)):
         on = [c for c, copy in enumerate(layer.copies) if any(placement[t] in devices for t in copy) and c not in picks]
         if on:
             picks.append(rng.choice(on))
@@ -140,7 +138,7 @@ def _step(problem: Problem, layer: Layer, placement: Mapping[str, str], loads: n
         _charge_terms(problem, model, u, placement, free_tasks, choice, load_terms)
     for k, d in enumerate(devices):
         if memory_terms[k] and math.isfinite(d.memory_bytes):
-            model.add(sum(memory_terms[k]) <= int(_tolerated(d.memory_bytes) - memory[k]))
+            model.add(sum(memory_terms[k]) <= int(d.memory_bytes - memory[k]))
     peak = _ticks(loads.max()) + SLACK_TICKS  # the terms' rounding aside
     levels = [_ticks(level) for level in _levels(loads.max(), goal)]
     excess = []
@@ -217,20 +215,9 @@ def _charges(problem: Problem, placement: Mapping[str, str], producers: set[str]
     for t in tasks:
         out[index[placement[t]]] += problem.time(t, placement[t])
     for u in producers:
-        task, a = graph.by_id[u], placement[u]
-        staged = False
-        for c in sorted({placement[v] for v in graph.successors[u]} - {a}):
-            peer = platform.peer_links.get(frozenset((a, c)))
-            if peer is not None:
-                out[index[a]] += peer.time(task.output_bytes)
-                out[index[c]] += peer.time(task.output_bytes)
-                continue
-            staged = True
-            out[index[c]] += platform.hop_time(task, platform.by_name[c])
-            if platform.network is not None and platform.by_name[a].server != platform.by_name[c].server:
-                out[index[c]] += platform.network.time(task.output_bytes)
-        if staged:
-            out[index[a]] += platform.hop_time(task, platform.by_name[a])
+        readers = {placement[v] for v in graph.successors[u]}
+        for device, cost in tensor_charges(platform, graph.by_id[u], placement[u], readers):
+            out[index[device]] += cost
     return out
 
 
