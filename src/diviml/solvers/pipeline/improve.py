@@ -26,10 +26,8 @@ def polished(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
     if value >= plan.objective:
         return plan
     moves = f"{found[1]} move{'s' if found[1] != 1 else ''}"
-    return make_plan(problem, placement=found[0], solver=plan.solver, status=plan.status, watch=watch,
-                     bound=plan.bound, bound_source=plan.bound_source, stats=dict(plan.stats), notes=[
-                         *plan.notes, f"polished: {moves} off the slowest devices took the largest load from "
-                         f"{plan.objective:.6g} to {value:.6g}"])
+    return _replaced(problem, plan, found[0], watch, f"polished: {moves} off the slowest devices took the largest "
+                     f"load from {plan.objective:.6g} to {value:.6g}")
 
 
 def relieved(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
@@ -46,7 +44,12 @@ def relieved(problem: Problem, plan: Plan, watch: Stopwatch) -> Plan:
     value = pipeline_loads(problem, placement).objective
     if steps == 0 or value >= plan.objective:
         return plan
+    return _replaced(problem, plan, placement, watch, f"relieved: {steps} steps placing two copies of the repeated "
+                     f"layer again (CP-SAT) took the largest load from {plan.objective:.6g} to {value:.6g}")
+
+
+def _replaced(problem: Problem, plan: Plan, placement: dict[str, str], watch: Stopwatch, note: str) -> Plan:
+    """``plan`` with ``placement``: its solver, status, bound and stats, its notes and ``note``."""
     return make_plan(problem, placement=placement, solver=plan.solver, status=plan.status, watch=watch,
-                     bound=plan.bound, bound_source=plan.bound_source, stats=dict(plan.stats), notes=[
-                         *plan.notes, f"relieved: {steps} steps placing two copies of the repeated layer again "
-                         f"(CP-SAT) took the largest load from {plan.objective:.6g} to {value:.6g}"])
+                     bound=plan.bound, bound_source=plan.bound_source, stats=dict(plan.stats),
+                     notes=[*plan.notes, note])
