@@ -125,3 +125,36 @@ def test_a_job_that_may_run_on_two_devices_does_not_make_a_feasible_model_infeas
     problem = Problem(diviml.TaskGraph.create(tasks, [("a", "c"), ("b", "c"), ("c", "d")]), platform)
     out = solve_jobs(JobGraph.whole(problem), upper=100.0, resolution=100, time_limit=10, workers=1)
     assert out.status == "optimal" and out.objective == pytest.approx(62.0 + 7.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_each_job_starts_after_its_head_and_ends_its_tail_before_the_makespan_on_the_device_it_runs_on(seed):
+    # the rows a cutoff propagates through: they must hold in every schedule, whatever the placement and order
+    # (random placements, list-scheduled and in a random topological order, of random DAGs with transfers)
+    import random
+
+    from diviml.simulate import latency
+    from diviml.solvers.engines.cpsat import _heads_and_tails_on_devices
+    rng = random.Random(seed)
+    problem = Problem(random_dag(12, seed=seed, ccr=(0.5, 1.5)), diviml.preset("paper-server"), Objective("latency"))
+    jobs = JobGraph.whole(problem)
+    duration = {(j, d): jobs.duration(j, d) for j in jobs.jobs for d in jobs.devices(j)}
+    bounds = _heads_and_tails_on_devices(jobs, lambda x: x, duration)
+    assert bounds and any(head > 0 for head, _ in bounds.values())
+    for _ in range(40):
+        placement = {t: rng.choice(problem.allowed_devices[t]) for t in problem.graph.topological_order}
+        order = None
+        if rng.random() < 0.5:
+            topo = sorted(problem.graph.topological_order, key=lambda t: rng.random())
+            done, sequence = set(), []
+            while topo:  # a random topological order
+                t = next(t for t in topo if set(problem.graph.predecessors[t]) <= done)
+                topo.remove(t)
+                done.add(t)
+                sequence.append(t)
+            order = {d.name: [t for t in sequence if placement[t] == d.name] for d in problem.platform.devices}
+        schedule = latency(problem, placement, order)
+        for job in schedule.jobs:
+            head, tail = bounds[(job.task, 0), job.device]
+            assert job.start >= head * (1 - 1e-9) - 1e-12
+            assert schedule.makespan - job.finish >= tail * (1 - 1e-9) - 1e-12

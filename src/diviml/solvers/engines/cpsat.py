@@ -34,6 +34,7 @@ from .symmetry import base, ordered_pairs
 # 0.12, 0.16, 0.14 and 0.11 on inception_v3, densenet121, gpt2-small and randwire-ws-s0; the mean of those.
 # ``work_limit`` converts at this rate.
 WORK_PER_SECOND = 0.13
+DEVICE_PATHS = 500_000  # edges x device pairs up to which heads and tails are taken per device (0.3 s to sum)
 
 
 def seconds_for(model: cp_model.CpModel, left: float) -> float:
@@ -83,7 +84,7 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     _memory(m, jobs, v.x)
     _colocation(m, jobs, v.x)
     _symmetry(m, jobs, v.x, symmetry, ticks)
-    makespan = _makespan(m, jobs, v, ticks, resolution, cutoff, deadlines)
+    makespan = _makespan(m, jobs, v, ticks, resolution, cutoff, deadlines, on_devices=not small)
     if floor > 0:
         m.add(makespan >= ticks(floor))  # rounded down like every time here: no schedule is cut off
     _cuts(m, v, makespan, ticks, cuts)
@@ -163,15 +164,22 @@ def _precedence(m: cp_model.CpModel, jobs: JobGraph, v: _Vars, ticks, deadline: 
 
 
 def _makespan(m: cp_model.CpModel, jobs: JobGraph, v: _Vars, ticks, horizon: int, cutoff: float | None,
-              deadlines: dict | None):
+              deadlines: dict | None, on_devices: bool = True):
     """The makespan, minimised, with redundant but strengthening cuts: every job starts after its fastest
     path from a source and ends at least its fastest remaining path before the makespan, and each device's
-    work fits below it; the cutoff and deadlines where given."""
+    work fits below it; ``on_devices``: on whole models, the same paths where a job runs on each device, with
+    the transfers that costs (MILP-SPLIT's modules, solved hundreds of times, keep the model they were
+    measured with); the cutoff and deadlines where given."""
     makespan = m.new_int_var(0, horizon, "makespan")
     head, tail = _heads_and_tails(jobs, ticks, v.duration)
     for j in jobs.jobs:
         m.add(v.start[j] >= head[j])
         m.add(makespan >= v.end[j] + tail[j])
+    for (j, d), (at, before_end) in (_heads_and_tails_on_devices(jobs, ticks, v.duration) if on_devices else {}).items():
+        if at > head[j]:
+            m.add(v.start[j] >= at).only_enforce_if(v.x[j, d])
+        if before_end > tail[j]:
+            m.add(makespan >= v.end[j] + before_end).only_enforce_if(v.x[j, d])
     for d in v.per_device:
         work = [(v.duration[j, d], v.x[j, d]) for j in jobs.jobs if (j, d) in v.x]
         if work:
@@ -240,6 +248,38 @@ def _heads_and_tails(jobs: JobGraph, ticks, duration: dict) -> tuple[dict, dict]
                         release=lambda j: min(ticks(jobs.released(j, d)) for d in jobs.devices(j)))
     from_end = longest_paths(reversed(jobs.jobs), jobs.succs, fastest.__getitem__)
     return {j: end[j] - fastest[j] for j in jobs.jobs}, {j: from_end[j] - fastest[j] for j in jobs.jobs}
+
+
+def _heads_and_tails_on_devices(jobs: JobGraph, ticks, duration: dict) -> dict:
+    """(job, device) -> (its head, its tail) where the job runs on that device: the earliest it can start
+    there (each producer on whichever device lets it arrive first, its transfer to this device paid when it
+    runs elsewhere, as the precedence rows charge it) and the least time from its end to the makespan (each
+    consumer likewise). The model's own propagation sees only the fastest paths, transfers free, until the
+    producers' devices are fixed; these let a cutoff rule a device out at once (:mod:`.probes`). Empty on
+    models whose edges times device pairs exceed :data:`DEVICE_PATHS` (the sums take seconds there)."""
+    pairs = sum(len(jobs.preds(j)) * len(jobs.devices(j)) ** 2 for j in jobs.jobs)
+    if pairs > DEVICE_PATHS:
+        return {}
+    move: dict = {}
+
+    def hop(u, a, c) -> int:
+        if a == c:
+            return 0
+        if (u, a, c) not in move:
+            move[u, a, c] = ticks(jobs.transfer(u, a, c))
+        return move[u, a, c]
+
+    head: dict = {}
+    for j in jobs.jobs:
+        for d in jobs.devices(j):
+            head[j, d] = max([ticks(jobs.released(j, d))] + [min(head[u, a] + duration[u, a] + hop(u, a, d)
+                                                                 for a in jobs.devices(u)) for u in jobs.preds(j)])
+    tail: dict = {}
+    for j in reversed(jobs.jobs):
+        for d in jobs.devices(j):
+            tail[j, d] = max([0] + [min(hop(j, d, c) + duration[w, c] + tail[w, c] for c in jobs.devices(w))
+                                    for w in jobs.succs(j)])
+    return {key: (head[key], tail[key]) for key in head}
 
 
 def _memory(m, jobs: JobGraph, x) -> None:
