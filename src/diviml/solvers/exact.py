@@ -87,7 +87,7 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
                         time_limit=budget - (time.perf_counter() - began), progress=progress, **model)
         return out
 
-    return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry, progress=progress,
+    return exact_search(problem, NAME, engine, time_limit=time_limit, symmetry=symmetry, seed=seed, progress=progress,
                         engine_bound=CP_SAT)
 
 

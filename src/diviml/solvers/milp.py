@@ -211,5 +211,5 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, engine: 
             progress(f"  milp: {len(jobs.jobs)} jobs, engine {engine}, {budget:.1f} s")
         return solve_jobs(jobs, upper=upper, time_limit=budget, seed=seed, engine=engine, symmetry=symmetry,
                           threads=workers, start=start)
-    return exact_search(problem, NAME, run, time_limit=time_limit, symmetry=symmetry, progress=progress,
+    return exact_search(problem, NAME, run, time_limit=time_limit, symmetry=symmetry, seed=seed, progress=progress,
                         engine_bound=MILP)

@@ -19,7 +19,7 @@ from ..errors import InfeasibleError, InputError
 from ..plan import Plan, format_gap
 from ..problem import Problem
 from . import ROUNDING_GAP
-from .baselines import best_device, data_parallel, greedy, heft, list_search, memory_split, window_polish
+from .baselines import best_device, data_parallel, greedy, heft, list_search, memory_split, parts_polish, window_polish
 from .baselines.priced_segments import priced_segments_plan
 from .baselines.streamed import streamed_plan
 from .engines.cpsat import solve_jobs
@@ -241,7 +241,7 @@ def promising_splits(problem: Problem, watch: Stopwatch | None = None) -> list[t
     return sorted((s for s in value if value[s] <= SPLIT_SLACK * best), key=value.get)
 
 
-def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: float, symmetry: str,
+def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: float, symmetry: str, seed: int = 0,
                  progress=None, engine_bound: str = "model") -> Plan:
     """The engine on each batch split in turn (latency: the one split), from the best baseline's plan; the best
     plan found; ``engine_bound`` names the engine's own bound where it is the best (``bound_source``).
@@ -257,13 +257,14 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
     source = lower_bound_source(problem)
     statuses, notes, stats = [], [], _baseline_stats(baseline)
     whole: tuple[float, bool] | None = None  # batch: the whole-batch model's bound, and whether it is its optimum
+    reserve = 0.0 if latency else time_limit * parts_polish.SHARE  # the parts polish's, after the engine
     for i, sizes in enumerate(splits):
         jobs = JobGraph(problem, sizes)
         if progress and len(splits) > 1:
             progress(f"  {name}: batch split {i + 1}/{len(splits)} ({'/'.join(map(str, sizes))} samples) at "
                      f"{watch.elapsed:.1f} s, best so far {best.objective if best else float('inf'):.6g}")
-        # kept back: the time to make its answer a plan, simulated and validated
-        budget = watch.left / (len(splits) - i) - VALIDATE_S_PER_PART * len(jobs.jobs)
+        # kept back: the time to make its answer a plan, simulated and validated, and (batch) to polish the best
+        budget = (watch.left - reserve) / (len(splits) - i) - VALIDATE_S_PER_PART * len(jobs.jobs)
         if budget <= 0:  # the baselines took the time: a model of thousands of jobs would overrun the limit
             statuses.append("timeout")
             notes.append(f"{name} was not started on {len(jobs.jobs):,} jobs: the baselines and bounds took the "
@@ -287,6 +288,9 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
                               "raise the time limit or the memory")
     if not improved:
         notes.append(f"kept the baseline plan ({baseline.solver}): the engine found nothing better")
+    if not latency and best.objective > bound * (1 + 1e-9):
+        best = parts_polish.improve(problem, replace(best, notes=tuple(notes)), watch, seed=seed, seconds=reserve)
+        notes = list(best.notes)
     stats.update(_speedup(problem, best, watch))
     if best.objective <= bound * (1 + 1e-9):
         status = "optimal"
