@@ -8,20 +8,19 @@ place of its parts:
 - its parts with neighbours on one device joined (one part, one launch);
 - the whole batch on each device it may run on;
 - the parts of a producer or a consumer (the same devices and sizes: rows pass straight through);
-- one part on another device;
-- (a task run whole) its batch cut in two halves on two devices.
 
-A change is kept where the simulator's makespan falls, each device running its parts in the order of the
-current schedule's start times (the new parts where the task's first part started) or in list-scheduling order,
-whichever is shorter. Where a pass over the tasks finds nothing, a few random tasks take a random one of these
-and the descent starts again, the best plan kept (iterated local search). Memory (a device holds the memory of
-every task it runs a part of) and allowed devices are kept by every change; tasks in co-location groups stay as
-they are. The search ends where :data:`STALL_ROUNDS` kicks in a row find nothing better or its work (parts
-timed, :data:`STEPS_PER_SECOND` per second it is given) is spent: the same plan for the same seed however loaded
-the machine is.
+and a kick, a few random tasks at a time, also one part on another device or a whole task cut in two halves on
+two devices. A change is kept where the simulator's makespan falls, each device running its parts in the order
+the current schedule ran them (the moved task's where its first part started). Two descents, one from the plan's
+own order and one from list scheduling's (they end in different places), then kicks from the best plan, each
+followed by a descent (iterated local search). Memory (a device holds the memory of every task it runs a part
+of) and allowed devices are kept by every change; tasks in co-location groups stay as they are. The search ends
+where :data:`STALL_ROUNDS` kicks in a row find nothing better or its work (parts timed,
+:data:`STEPS_PER_SECOND` per second it is given) is spent, so that on this machine its plan is the same for
+the same seed; where the clock ends it first (a slower or loaded machine), it may differ.
 
-googlenet at a batch of 8 on paper-server: exact's 5/3 plan of 3.161 ms to 2.949 ms, 2.4% under the best plan
-any solver had found (3.021 ms); see the README's design section. Batch only.
+At a batch of 8 on paper-server, given 18 s: exact's 5/3 plan of googlenet 3.161 -> 3.108 ms, of inception_v3
+7.392 -> 7.049 ms (still improving when the work was spent); see the README's design section. Batch only.
 """
 
 from __future__ import annotations
@@ -44,9 +43,9 @@ __all__ = ["improve"]
 SHARE = 0.2
 KICK = (2, 4)  # tasks changed at random between descents, at least and at most
 STALL_ROUNDS = 20  # kicks in a row that find nothing better end the search before its work is spent
-# the search's work (parts timed) per second it is given: about a third of what this 2-core machine times
-# (googlenet's 200-400 parts, both orders and the list order's levels: 150,000 a second), so that the work, the
-# same on any machine, ends it before the clock does on a machine up to three times as loaded
+# the search's work (parts timed) per second it is given: what this 2-core machine times (googlenet's and
+# inception_v3's 200-500 parts: about 150,000 a second). Less would leave the search further from done (it was
+# still improving inception_v3 after 18 s), so a loaded machine's clock may end it first
 STEPS_PER_SECOND = 1.5e5
 
 Parts = dict[str, list[tuple[str, int]]]
