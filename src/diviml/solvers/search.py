@@ -4,7 +4,8 @@ For latency the engine solves the one-copy job graph; for the batch objective it
 into sub-batches shared by all tasks (near-equal and speed-proportional, see :func:`.jobs.batch_splits`),
 the promising ones (each with its share of the time, see :func:`promising_splits`). The plan returned is the
 best of the engine's and the baseline's (HEFT, best single device, unequal data parallelism; where memory leaves
-those no room, greedy's fill, the memory-proportional split or CP-SAT's first schedule), with the best bound.
+those no room, greedy's fill, the memory-proportional split or CP-SAT's first schedule), with the best bound;
+a batch plan is then polished part by part (:mod:`.baselines.parts_polish`, in a share of the time kept for it).
 """
 
 from __future__ import annotations
