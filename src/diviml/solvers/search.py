@@ -289,7 +289,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
                               "raise the time limit or the memory")
     if not improved:
         notes.append(f"kept the baseline plan ({baseline.solver}): the engine found nothing better")
-    best, notes = _polish_parts(problem, best, notes, bound, watch, seed, reserve, progress)
+    best, notes = parts_polish.after_engine(problem, best, notes, bound, watch, seed, reserve, progress)
     stats.update(_speedup(problem, best, watch))
     if best.objective <= bound * (1 + 1e-9):
         status = "optimal"
@@ -302,20 +302,6 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
         progress(f"  {name}: best {best.objective:.6g}, bound {bound:.6g} ({source}) at {watch.elapsed:.1f} s")
     return replace(best, solver=name, status=status, bound=bound, bound_source=source,
                    solve_time_s=watch.elapsed, notes=tuple(notes), stats={**best.stats, **stats})
-
-
-def _polish_parts(problem: Problem, best: Plan, notes: list[str], bound: float, watch: Stopwatch, seed: int,
-                  seconds: float, progress=None) -> tuple[Plan, list[str]]:
-    """A batch plan and its notes after the parts polish (:mod:`.baselines.parts_polish`) in ``seconds`` of work,
-    unless ``seconds`` is 0 (latency) or the plan meets ``bound``; ``progress`` hears where it started and ended."""
-    if seconds <= 0 or best.objective <= bound * (1 + 1e-9):
-        return best, notes
-    if progress:
-        progress(f"  parts polish from {best.objective:.6g} at {watch.elapsed:.1f} s")
-    best = parts_polish.improve(problem, replace(best, notes=tuple(notes)), watch, seed=seed, seconds=seconds)
-    if progress:
-        progress(f"  parts polish: {best.objective:.6g} at {watch.elapsed:.1f} s")
-    return best, list(best.notes)
 
 
 def _plan_of(jobs: JobGraph, out: Outcome, name: str, watch: Stopwatch, stats: dict) -> Plan | None:

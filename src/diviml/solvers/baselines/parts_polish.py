@@ -35,7 +35,7 @@ from ...problem import Problem
 from ...simulate import Schedule, schedule
 from ..engines.plans import Stopwatch, make_plan
 
-__all__ = ["improve"]
+__all__ = ["after_engine", "improve"]
 
 # of a batch solve's time limit: kept by exact and milp for this search after their engines (inception_v3 at a
 # batch of 8 on paper-server, exact at 60 s: gap 36.8% -> 34.1%, the other zoo models within 0.5 point); split
@@ -69,6 +69,21 @@ def improve(problem: Problem, plan: Plan, watch: Stopwatch, *, seed: int = 0, se
     note = (f"parts polished: {plan.objective:.6g} -> {better.objective:.6g} by changing how "
             f"{search.changed} task(s) are cut into parts or where they run")
     return replace(better, notes=(*plan.notes, note), solve_time_s=plan.solve_time_s)
+
+
+def after_engine(problem: Problem, best: Plan, notes: list[str], bound: float, watch: Stopwatch, seed: int,
+                 seconds: float, progress=None) -> tuple[Plan, list[str]]:
+    """An exact engine's best batch plan and its ``notes`` after :func:`improve` in ``seconds`` of work, unless
+    ``seconds`` is 0 (latency: none kept for it) or the plan meets ``bound``; ``progress`` hears where it started
+    and ended."""
+    if seconds <= 0 or best.objective <= bound * (1 + 1e-9):
+        return best, notes
+    if progress:
+        progress(f"  parts polish from {best.objective:.6g} at {watch.elapsed:.1f} s")
+    best = improve(problem, replace(best, notes=tuple(notes)), watch, seed=seed, seconds=seconds)
+    if progress:
+        progress(f"  parts polish: {best.objective:.6g} at {watch.elapsed:.1f} s")
+    return best, list(best.notes)
 
 
 class _Search:
