@@ -1,5 +1,7 @@
 """The CP-SAT model of a job graph (the engine of exact and split)."""
 
+import random
+
 import pytest
 from conftest import busy_machine
 from ortools.sat.python import cp_model
@@ -8,8 +10,9 @@ import diviml
 from diviml import Objective, Problem
 from diviml.bounds import energetic_bound, energetic_cuts, lower_bound
 from diviml.generators import layered_dag, random_dag
+from diviml.simulate import latency
 from diviml.solvers.baselines import heft
-from diviml.solvers.engines.cpsat import seconds_for, solve_jobs
+from diviml.solvers.engines.cpsat import _heads_and_tails_on_devices, seconds_for, solve_jobs
 from diviml.solvers.engines.jobs import JobGraph
 
 
@@ -131,10 +134,6 @@ def test_a_job_that_may_run_on_two_devices_does_not_make_a_feasible_model_infeas
 def test_each_job_starts_after_its_head_and_ends_its_tail_before_the_makespan_on_the_device_it_runs_on(seed):
     # the rows a cutoff propagates through: they must hold in every schedule, whatever the placement and order
     # (random placements, list-scheduled and in a random topological order, of random DAGs with transfers)
-    import random
-
-    from diviml.simulate import latency
-    from diviml.solvers.engines.cpsat import _heads_and_tails_on_devices
     rng = random.Random(seed)
     problem = Problem(random_dag(12, seed=seed, ccr=(0.5, 1.5)), diviml.preset("paper-server"), Objective("latency"))
     jobs = JobGraph.whole(problem)

@@ -103,7 +103,7 @@ class _Search:
             k = seen[a.task] = seen.get(a.task, -1) + 1
             self.plan_starts[a.task, k] = a.start or 0.0
         self.parts = {t: list(p) for t, p in self.plan_parts.items()}
-        self.current = self._time(lambda t, k: self.plan_starts[t, k], listed=False)
+        self.current = self._time(lambda t, k: self.plan_starts[t, k], listed=False)  # the first descent's start
         self.best_value = self.current[0].makespan
         self.best: tuple[Parts, dict] | None = None
         self.changed = 0
@@ -113,14 +113,12 @@ class _Search:
         from the plan's own order, one from list scheduling's (half the work each: the two often end in
         different places), then kicks from the best."""
         start_value = self.best_value
-        for share, listed in ((0.5, False), (1.0, True)):
-            self.parts = {t: list(p) for t, p in self.plan_parts.items()}
-            if listed:
-                self.current = self._time(lambda t, k: 0.0, keyed=False)
-            else:
-                self.current = self._time(lambda t, k: self.plan_starts[t, k], listed=False)
-            self._descend(watch, self.budget * share)
-            self._keep()
+        self._descend(watch, self.budget * 0.5)
+        self._keep()
+        self.parts = {t: list(p) for t, p in self.plan_parts.items()}
+        self.current = self._time(None)
+        self._descend(watch, self.budget)
+        self._keep()
         stalled = 0
         while not self._spent(watch) and stalled < STALL_ROUNDS and self.best is not None:
             self.parts, best_starts = {t: list(p) for t, p in self.best[0].items()}, self.best[1]
@@ -218,13 +216,12 @@ class _Search:
                 return False
         return True
 
-    def _time(self, key: Callable[[str, int], float], listed: bool = True, keyed: bool = True
-              ) -> tuple[Schedule, dict]:
+    def _time(self, key: Callable[[str, int], float] | None, listed: bool = True) -> tuple[Schedule, dict]:
         """The schedule of the current parts with each device's parts ordered by ``key`` (ties by topological
-        order) or by list scheduling (``listed``, and where that order contradicts the graph), whichever is
-        shorter, and each part's start."""
+        order) or by list scheduling (``listed``, no ``key``, or where that order contradicts the graph),
+        whichever is shorter, and each part's start."""
         found = None
-        if keyed:
+        if key is not None:
             try:
                 found = schedule(self.problem, self.parts, _order(self.problem, self.parts, key, self.topo))
                 self.steps += len(found.jobs)
