@@ -52,6 +52,16 @@ def test_never_worse_and_always_valid_from_heft_and_from_an_exact_split(seed):
         assert out.objective <= start.objective * (1 + 1e-12)
 
 
+def test_never_worse_and_always_valid_over_servers_whose_devices_a_task_may_not_use():
+    # six-servers has H100s, on which a random DAG's tasks have no time: they may not run there
+    problem = Problem(random_dag(20, seed=5, ccr=(0.3, 1.0)), diviml.preset("six-servers"),
+                      Objective("batch", batch_size=6))
+    start = diviml.solve(problem, "heft", time_limit=10)
+    out = parts_polish.improve(problem, start, Stopwatch(30.0), seconds=1.0)
+    assert validate(out, problem).ok
+    assert out.objective <= start.objective * (1 + 1e-12)
+
+
 def test_memory_holds_in_every_change():
     # the GPU holds three of the six tasks: whole tasks cannot all move there however much faster it is
     problem = _launch_bound_chain(gpu_memory=3.0)

@@ -258,7 +258,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
     source = lower_bound_source(problem)
     statuses, notes, stats = [], [], _baseline_stats(baseline)
     whole: tuple[float, bool] | None = None  # batch: the whole-batch model's bound, and whether it is its optimum
-    reserve = 0.0 if latency else time_limit * parts_polish.SHARE  # the parts polish's, after the engine
+    reserve = parts_polish.prepare(problem, time_limit)  # the parts polish's, after the engine
     for i, sizes in enumerate(splits):
         jobs = JobGraph(problem, sizes)
         if progress and len(splits) > 1:

@@ -1,4 +1,5 @@
-"""Batch plans improved task by task: how each task is cut into parts and where they run, timed by the simulator.
+"""Batch plans improved task by task: how each task is cut into parts and where they run, timed by the simulator's
+rules compiled (:mod:`._parts_timing`, about 15-20 million parts a second here, 100x the simulator itself).
 
 The exact solvers' batch plans cut every task the same way (sub-batches shared by all tasks), and each cut is a
 launch on a GPU: a task whose two parts run on one device pays two where one part of both would do, and a task
@@ -10,7 +11,7 @@ place of its parts:
 - the parts of a producer or a consumer (the same devices and sizes: rows pass straight through);
 
 and a kick, a few random tasks at a time, also one part on another device or a whole task cut in two halves on
-two devices. A change is kept where the simulator's makespan falls, each device running its parts in the order
+two devices. A change is kept where the makespan falls, each device running its parts in the order
 the current schedule ran them (the moved task's where its first part started). Two descents, one from the plan's
 own order and one from list scheduling's (they end in different places), then kicks from the best plan, each
 followed by a descent (iterated local search). Memory (a device holds the memory of every task it runs a part
@@ -19,8 +20,10 @@ where :data:`STALL_ROUNDS` kicks in a row find nothing better or its work (parts
 :data:`STEPS_PER_SECOND` per second it is given) is spent, so that on this machine its plan is the same for
 the same seed; where the clock ends it first (a slower or loaded machine), it may differ.
 
-At a batch of 8 on paper-server, given 18 s: exact's 5/3 plan of googlenet 3.161 -> 3.108 ms, of inception_v3
-7.392 -> 7.049 ms (still improving when the work was spent); see the README's design section. Batch only.
+At a batch of 8 on paper-server, given 12 s (seeds 0 and 1): exact's 5/3 plan of googlenet 3.161 -> 2.823 and
+2.850 ms, of inception_v3 7.392 -> 6.797 and 6.744 ms (in 7.7-11 s: 200 kicks found nothing better); with the
+simulator itself timing the changes, 18 s took them to 3.108 and 7.049 ms. See the README's design section.
+Batch only.
 """
 
 from __future__ import annotations
@@ -29,34 +32,45 @@ import random
 from dataclasses import replace
 from typing import Callable
 
-from ...errors import ValidationError
+import numpy as np
+
 from ...plan import Plan
 from ...problem import Problem
-from ...simulate import Schedule, schedule
 from ..engines.plans import Stopwatch, make_plan
+from ._parts_timing import PartsTiming, compile_in_background, compiled_within
 
-__all__ = ["after_engine", "improve"]
+__all__ = ["after_engine", "improve", "prepare"]
 
 # of a batch solve's time limit: kept by exact and milp for this search after their engines (inception_v3 at a
 # batch of 8 on paper-server, exact at 60 s: gap 36.8% -> 34.1%, the other zoo models within 0.5 point); split
 # runs it for as long in the time its joins leave (where they end early; they stop at their deadline otherwise)
 SHARE = 0.2
 KICK = (2, 4)  # tasks changed at random between descents, at least and at most
-STALL_ROUNDS = 20  # kicks in a row that find nothing better end the search before its work is spent
-# the search's work (parts timed) per second it is given: what this 2-core machine times (googlenet's and
-# inception_v3's 200-500 parts: about 150,000 a second). Less would leave the search further from done (it was
-# still improving inception_v3 after 18 s), so a loaded machine's clock may end it first
-STEPS_PER_SECOND = 1.5e5
+STALL_ROUNDS = 200  # kicks in a row that find nothing better end the search before its work is spent
+# the search's work (parts timed) per second it is given: a little under what this 2-core machine times
+# (googlenet's and inception_v3's 200-500 parts: 17-23 million a second, Python's part of the search included),
+# so that the work, not the clock, ends it here and the same seed gives the same plan
+STEPS_PER_SECOND = 1.5e7
 
 Parts = dict[str, list[tuple[str, int]]]
+
+
+def prepare(problem: Problem, time_limit: float) -> float:
+    """The time of a solve limited to ``time_limit`` to keep for the polish (:data:`SHARE` of it, where
+    ``problem`` is batched; else 0), its compiled timing made ready in the background where it is more than 0
+    (:func:`._parts_timing.compile_in_background`): a solve that will polish its plan calls this first."""
+    if problem.objective.kind != "batch":
+        return 0.0
+    compile_in_background()
+    return time_limit * SHARE
 
 
 def improve(problem: Problem, plan: Plan, watch: Stopwatch, *, seed: int = 0, seconds: float | None = None) -> Plan:
     """``plan`` (a batch plan) with its tasks' parts changed while the makespan falls, within ``watch``; its work
     is set by ``seconds`` (default: the time left on ``watch``), not by the clock. The plan itself where nothing
     helps or the objective is not batch."""
-    if problem.objective.kind != "batch" or not plan.assignments or watch.expired:
-        return plan
+    if problem.objective.kind != "batch" or not plan.assignments or not compiled_within(watch.left):
+        return plan  # (the first solve after an install may not see the kernels compiled in its time)
     search = _Search(problem, plan, (watch.left if seconds is None else seconds) * STEPS_PER_SECOND, seed)
     best = search.run(watch)
     if best is None:
@@ -87,25 +101,39 @@ def after_engine(problem: Problem, best: Plan, notes: list[str], bound: float, w
 
 
 class _Search:
-    """The state of the search: each task's parts, the schedule they make (with each part's start, by task and
-    part index), and the work done."""
+    """The state of the search over arrays (:class:`._parts_timing.PartsTiming`: tasks by topological position,
+    devices by index): each task's parts, each part's start in the schedule they make, each device's memory in
+    use, and the work done."""
 
     def __init__(self, problem: Problem, plan: Plan, budget: float, seed: int):
         self.problem = problem
         self.budget, self.steps = budget, 0
         self.rng = random.Random(seed)
-        self.topo = {t: i for i, t in enumerate(problem.graph.topological_order)}
-        self.fixed = {m for members in problem.colocation_groups.values() for m in members}
-        self.plan_parts: Parts = {t: list(p) for t, p in plan.parts.items()}
-        self.plan_starts: dict[tuple[str, int], float] = {}
+        self.timing = timing = PartsTiming(problem)
+        graph, n, n_tasks = problem.graph, problem.batch_size, len(timing.tasks)
+        column = {d: k for k, d in enumerate(timing.devices)}
+        self.allowed = [[column[d] for d in problem.allowed_devices[t]] for t in timing.tasks]
+        self.neighbours = [[timing.index[u] for u in (*graph.predecessors[t], *graph.successors[t])]
+                           for t in timing.tasks]
+        self.fixed = {timing.index[m] for members in problem.colocation_groups.values() for m in members}
+        self.memory = [graph.by_id[t].memory_bytes for t in timing.tasks]
+        self.capacity = [d.memory_bytes for d in problem.platform.devices]
+        self.parts: list[list[tuple[int, int]]] = [[] for _ in range(n_tasks)]
+        self.count = np.zeros(n_tasks, dtype=np.int64)
+        self.device = np.zeros((n_tasks, n), dtype=np.int64)
+        self.size = np.zeros((n_tasks, n), dtype=np.int64)
+        for t, parts in plan.parts.items():
+            self._set(timing.index[t], [(column[d], b) for d, b in parts])
+        self.plan_parts = [list(p) for p in self.parts]
+        plan_starts = np.zeros((n_tasks, n))
         seen: dict[str, int] = {}
         for a in plan.assignments:
             k = seen[a.task] = seen.get(a.task, -1) + 1
-            self.plan_starts[a.task, k] = a.start or 0.0
-        self.parts = {t: list(p) for t, p in self.plan_parts.items()}
-        self.current = self._time(lambda t, k: self.plan_starts[t, k], listed=False)  # the first descent's start
-        self.best_value = self.current[0].makespan
-        self.best: tuple[Parts, dict] | None = None
+            plan_starts[timing.index[a.task], k] = a.start or 0.0
+        self._count_memory()
+        self.makespan, self.starts = self._time(plan_starts, listed=False)  # the first descent's start
+        self.best_value = self.makespan
+        self.best: tuple[list, np.ndarray] | None = None  # parts, starts
         self.changed = 0
 
     def run(self, watch: Stopwatch) -> tuple[Parts, dict] | None:
@@ -115,27 +143,50 @@ class _Search:
         start_value = self.best_value
         self._descend(watch, self.budget * 0.5)
         self._keep()
-        self.parts = {t: list(p) for t, p in self.plan_parts.items()}
-        self.current = self._time(None)
+        self._restore(self.plan_parts)
+        self.makespan, self.starts = self._time(None)
         self._descend(watch, self.budget)
         self._keep()
         stalled = 0
         while not self._spent(watch) and stalled < STALL_ROUNDS and self.best is not None:
-            self.parts, best_starts = {t: list(p) for t, p in self.best[0].items()}, self.best[1]
-            self.current = self._time(lambda t, k: best_starts[t, k])
+            self._restore(self.best[0])
+            self.makespan, self.starts = self._time(self.best[1])
             self._kick()
             self._descend(watch, self.budget)
             stalled = 0 if self._keep() else stalled + 1
         if self.best is None or self.best_value >= start_value:
             return None
-        parts, starts = self.best
-        return parts, _order(self.problem, parts, lambda t, k: starts[t, k], self.topo)
+        best_parts, starts = self.best
+        timing = self.timing
+        parts = {t: [(timing.devices[d], b) for d, b in best_parts[i]] for i, t in enumerate(timing.tasks)}
+        return parts, _order(self.problem, parts, lambda t, k: starts[timing.index[t], k], timing.index)
+
+    def _restore(self, parts: list[list[tuple[int, int]]]) -> None:
+        for t, p in enumerate(parts):
+            self._set(t, p)
+        self._count_memory()
+
+    def _parts(self, t: int) -> list[tuple[int, int]]:
+        return self.parts[t]
+
+    def _set(self, t: int, parts: list[tuple[int, int]]) -> None:
+        self.parts[t] = list(parts)
+        self.count[t] = len(parts)
+        for k, (d, b) in enumerate(parts):
+            self.device[t, k], self.size[t, k] = d, b
+        self.timing.need(t, self.device[t], self.size[t], len(parts))
+
+    def _count_memory(self) -> None:
+        self.used = [0.0] * len(self.capacity)
+        for t, parts in enumerate(self.parts):
+            for d in {d for d, _ in parts}:
+                self.used[d] += self.memory[t]
 
     def _keep(self) -> bool:
         """Whether the current schedule beats the best, made the best where it does."""
-        if self.current[0].makespan < self.best_value * (1 - 1e-9):
-            self.best_value = self.current[0].makespan
-            self.best = ({t: list(p) for t, p in self.parts.items()}, self.current[1])
+        if self.makespan < self.best_value * (1 - 1e-9):
+            self.best_value = self.makespan
+            self.best = ([list(p) for p in self.parts], self.starts.copy())
             return True
         return False
 
@@ -148,49 +199,58 @@ class _Search:
         moved = True
         while moved and not self._spent(watch) and self.steps < until:
             moved = False
-            for t in self.problem.graph.topological_order:
+            for t in range(len(self.count)):
                 if self._spent(watch) or self.steps >= until:
                     return
                 if t not in self.fixed and self._try(t, self._candidates(t, kick=False)):
                     moved = True
 
-    def _try(self, task: str, candidates: list[list[tuple[str, int]]]) -> bool:
+    def _try(self, task: int, candidates: list[list[tuple[int, int]]]) -> bool:
         """The first of ``candidates`` (parts of ``task``) that shortens the schedule, kept; whether one did."""
-        old, (sched, starts) = self.parts[task], self.current
-        first = min(starts[task, k] for k in range(len(old)))
+        old = self._parts(task)
+        key = self.starts.copy()
+        key[task, :] = self.starts[task, :len(old)].min()  # the moved task's parts where its first part started
         for parts in candidates:
-            self.parts[task] = parts
-            found = self._time(lambda t, k: first if t == task else starts[t, k], listed=False)
-            if found[0].makespan < sched.makespan * (1 - 1e-9):
-                self.current, self.changed = found, self.changed + 1
+            self._set(task, parts)
+            makespan, starts = self._time(key, listed=False)
+            if makespan < self.makespan * (1 - 1e-9):
+                self._hold(task, old, parts)
+                self.makespan, self.starts, self.changed = makespan, starts, self.changed + 1
                 return True
-        self.parts[task] = old
+        self._set(task, old)
         return False
 
+    def _hold(self, task: int, old: list[tuple[int, int]], new: list[tuple[int, int]]) -> None:
+        """The memory in use after ``task``'s parts went from ``old`` to ``new``."""
+        for d in {d for d, _ in old}:
+            self.used[d] -= self.memory[task]
+        for d in {d for d, _ in new}:
+            self.used[d] += self.memory[task]
+
     def _kick(self) -> None:
-        """A few random tasks each take a random candidate, whatever it costs; the schedule is retimed."""
-        movable = [t for t in self.problem.graph.topological_order if t not in self.fixed]
+        """A few random tasks each take a random candidate, whatever it costs; the schedule is retimed (a kicked
+        task's parts where its parts of the same index started, new ones where its first did)."""
+        movable = [t for t in range(len(self.count)) if t not in self.fixed]
         if not movable:
             return
-        starts = self.current[1]
-        firsts = {t: min(starts[t, k] for k in range(len(self.parts[t]))) for t in self.parts}
+        key = self.starts.copy()
         for t in self.rng.sample(movable, min(len(movable), self.rng.randint(*KICK))):
             options = self._candidates(t)
             if options:
-                self.parts[t] = self.rng.choice(options)
-        self.current = self._time(lambda t, k: starts.get((t, k), firsts[t]))
+                old, new = self._parts(t), self.rng.choice(options)
+                key[t, len(old):] = self.starts[t, :len(old)].min()
+                self._set(t, new)
+                self._hold(t, old, new)
+        self.makespan, self.starts = self._time(key)
 
-    def _candidates(self, task: str, kick: bool = True) -> list[list[tuple[str, int]]]:
+    def _candidates(self, task: int, kick: bool = True) -> list[list[tuple[int, int]]]:
         """Other ways to cut ``task`` and place its parts (see the module), each within memory, neighbouring parts
         on one device joined, none twice; a descent tries the few that join parts or follow a neighbour, a kick
         also moves one part or cuts a whole task in two."""
-        problem, n = self.problem, self.problem.batch_size
-        own = self.parts[task]
-        allowed = problem.allowed_devices[task]
-        options: list[list[tuple[str, int]]] = [own]
+        n, own, allowed = self.problem.batch_size, self._parts(task), self.allowed[task]
+        options: list[list[tuple[int, int]]] = [own]
         options += [[(d, n)] for d in allowed]
-        graph = problem.graph
-        options += [self.parts[u] for u in (*graph.predecessors[task], *graph.successors[task])]
+        options += [self._parts(u) for u in self.neighbours[task]]
         if kick and len(own) > 1:
             options += [own[:k] + [(d, b)] + own[k + 1:] for k, (_, b) in enumerate(own) for d in allowed]
         if kick and len(own) == 1 and n > 1:  # cut in two, the larger part first, on two devices
@@ -203,35 +263,33 @@ class _Search:
                 out.append(joined)
         return out
 
-    def _fits(self, task: str, parts: list[tuple[str, int]]) -> bool:
+    def _fits(self, task: int, parts: list[tuple[int, int]]) -> bool:
         """Whether every device that would newly hold ``task`` has room for its memory."""
-        nbytes = self.problem.graph.by_id[task].memory_bytes
-        if nbytes <= 0:
+        need = self.memory[task]
+        if need <= 0:
             return True
-        held = {d for d, _ in self.parts[task]}
-        for d in {d for d, _ in parts} - held:
-            used = sum(self.problem.graph.by_id[t].memory_bytes for t, p in self.parts.items()
-                       if any(e == d for e, _ in p))
-            if used + nbytes > self.problem.platform.by_name[d].memory_bytes:
-                return False
-        return True
+        held = {d for d, _ in self._parts(task)}
+        return all(self.used[d] + need <= self.capacity[d] for d in {d for d, _ in parts} - held)
 
-    def _time(self, key: Callable[[str, int], float] | None, listed: bool = True) -> tuple[Schedule, dict]:
-        """The schedule of the current parts with each device's parts ordered by ``key`` (ties by topological
+    def _time(self, key: np.ndarray | None, listed: bool = True) -> tuple[float, np.ndarray]:
+        """The makespan of the current parts with each device's parts ordered by ``key`` (ties by topological
         order) or by list scheduling (``listed``, no ``key``, or where that order contradicts the graph),
         whichever is shorter, and each part's start."""
-        found = None
+        timing, found = self.timing, None
+        parts = int(self.count.sum())
         if key is not None:
-            try:
-                found = schedule(self.problem, self.parts, _order(self.problem, self.parts, key, self.topo))
-                self.steps += len(found.jobs)
-            except ValidationError:  # an order that contradicts the graph (list scheduling's never does)
+            makespan = timing.run(self.count, self.device, self.size, key)
+            self.steps += parts
+            if makespan >= 0:
+                found = makespan, timing.starts.copy()
+            else:  # an order that contradicts the graph (list scheduling's never does)
                 listed = True
         if listed or found is None:
-            by_list = schedule(self.problem, self.parts, None)
-            self.steps += len(by_list.jobs)
-            found = by_list if found is None or by_list.makespan < found.makespan else found
-        return found, _starts(found, self.parts)
+            makespan = timing.run(self.count, self.device, self.size, timing.list_keys(self.count, self.device, self.size))
+            self.steps += parts
+            if found is None or makespan < found[0]:
+                found = makespan, timing.starts.copy()
+        return found
 
 
 def _order(problem: Problem, parts: Parts, key: Callable[[str, int], float], topo: dict[str, int]) -> dict:
@@ -243,20 +301,9 @@ def _order(problem: Problem, parts: Parts, key: Callable[[str, int], float], top
     return {d: [(t, k) for _, _, k, t in sorted(seq)] for d, seq in order.items()}
 
 
-def _starts(sched: Schedule, parts: Parts) -> dict[tuple[str, int], float]:
-    """(task, part index) -> its start in ``sched`` (a part is known by its first sample)."""
-    index = {}
-    for t, ps in parts.items():
-        offset = 0
-        for k, (_, b) in enumerate(ps):
-            index[t, offset] = k
-            offset += b
-    return {(j.task, index[j.task, j.offset]): j.start for j in sched.jobs}
-
-
-def _joined(parts: list[tuple[str, int]]) -> list[tuple[str, int]]:
+def _joined(parts: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """``parts`` with neighbouring parts on one device made one."""
-    out: list[tuple[str, int]] = []
+    out: list[tuple[int, int]] = []
     for d, b in parts:
         if out and out[-1][0] == d:
             out[-1] = (d, out[-1][1] + b)

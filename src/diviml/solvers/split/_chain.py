@@ -116,6 +116,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     """Solve each module of ``chain`` for every (state, exit) pair and join them; the best plan of the join
     and the baselines, proven optimal when the chain is :func:`separable` and every module solve is."""
     watch = Stopwatch(time_limit)
+    polish_seconds = parts_polish.prepare(problem, time_limit)
     # the joins and the baselines end early enough for their plans to be made (simulated and validated) and
     # compared within the limit (GPT-3 over six-servers at 20 s: the baselines given it all ended at 20.9 s)
     search = Stopwatch(max(time_limit - MAKE_PLAN_S_PER_TASK * len(problem.graph), 0.0))
@@ -158,7 +159,7 @@ def solve_chain(problem: Problem, chain: Chain, *, time_limit: float, seed: int 
     if problem.objective.kind == "batch" and not meets_its_bound(walks.best):  # in the time the joins left
         walks.best = parts_polish.improve(problem, walks.best, Stopwatch(max(
             watch.left - MAKE_PLAN_S_PER_TASK * len(problem.graph), 0.0)), seed=seed,
-            seconds=time_limit * parts_polish.SHARE)
+            seconds=polish_seconds)
     return _finish(problem, chain, walks, len(splits), pool.reused, bounds, watch)
 
 
