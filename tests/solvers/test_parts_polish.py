@@ -62,6 +62,16 @@ def test_never_worse_and_always_valid_over_servers_whose_devices_a_task_may_not_
     assert out.objective <= start.objective * (1 + 1e-12)
 
 
+def test_a_better_start_among_the_others_is_searched_from_too():
+    # from HEFT's plan of this DAG alone the polish finds nothing; data parallelism's is better, and polished further
+    problem = Problem(layered_dag(30, seed=0), diviml.preset("paper-server"), Objective("batch", batch_size=8))
+    start = diviml.solve(problem, "heft", time_limit=10)
+    other = diviml.solve(problem, "data-parallel", time_limit=10)
+    out = parts_polish.improve(problem, start, Stopwatch(30.0), seconds=0.2, others=(other, None))
+    assert validate(out, problem).ok
+    assert out.objective < other.objective < start.objective
+
+
 def test_memory_holds_in_every_change():
     # the GPU holds three of the six tasks: whole tasks cannot all move there however much faster it is
     problem = _launch_bound_chain(gpu_memory=3.0)

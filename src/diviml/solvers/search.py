@@ -289,7 +289,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
                               "raise the time limit or the memory")
     if not improved:
         notes.append(f"kept the baseline plan ({baseline.solver}): the engine found nothing better")
-    best, notes = parts_polish.after_engine(problem, best, notes, bound, watch, seed, reserve, progress)
+    best, notes = parts_polish.after_engine(problem, best, notes, bound, watch, seed, reserve, progress, baseline)
     stats.update(_speedup(problem, best, watch))
     if best.objective <= bound * (1 + 1e-9):
         status = "optimal"

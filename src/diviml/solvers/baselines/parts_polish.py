@@ -1,5 +1,5 @@
 """Batch plans improved task by task: how each task is cut into parts and where they run, timed by the simulator's
-rules compiled (:mod:`._parts_timing`, about 15-20 million parts a second here, 100x the simulator itself).
+rules compiled (:mod:`._parts_timing`, 17-23 million parts a second here, 100x the simulator itself).
 
 The exact solvers' batch plans cut every task the same way (sub-batches shared by all tasks), and each cut is a
 launch on a GPU: a task whose two parts run on one device pays two where one part of both would do, and a task
@@ -12,8 +12,9 @@ place of its parts:
 
 and a kick, a few random tasks at a time, also one part on another device or a whole task cut in two halves on
 two devices. A change is kept where the makespan falls, each device running its parts in the order
-the current schedule ran them (the moved task's where its first part started). Two descents, one from the plan's
-own order and one from list scheduling's (they end in different places), then kicks from the best plan, each
+the current schedule ran them (the moved task's where its first part started). Descents from the plan's own
+order, from list scheduling's, and from each other plan it is given (the solve's baseline: googlenet's join plan
+of split polishes to 2.989 ms, its data-parallel baseline to 2.830), then kicks from the best plan, each
 followed by a descent (iterated local search). Memory (a device holds the memory of every task it runs a part
 of) and allowed devices are kept by every change; tasks in co-location groups stay as they are. The search ends
 where :data:`STALL_ROUNDS` kicks in a row find nothing better or its work (parts timed,
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -65,14 +66,16 @@ def prepare(problem: Problem, time_limit: float) -> float:
     return time_limit * SHARE
 
 
-def improve(problem: Problem, plan: Plan, watch: Stopwatch, *, seed: int = 0, seconds: float | None = None) -> Plan:
+def improve(problem: Problem, plan: Plan, watch: Stopwatch, *, seed: int = 0, seconds: float | None = None,
+            others: Sequence[Plan | None] = ()) -> Plan:
     """``plan`` (a batch plan) with its tasks' parts changed while the makespan falls, within ``watch``; its work
-    is set by ``seconds`` (default: the time left on ``watch``), not by the clock. The plan itself where nothing
-    helps or the objective is not batch."""
+    is set by ``seconds`` (default: the time left on ``watch``), not by the clock. ``others`` (plans of the same
+    problem, such as a baseline's) are searched from too: the best found is returned where it beats ``plan``. The
+    plan itself where nothing helps or the objective is not batch."""
     if problem.objective.kind != "batch" or not plan.assignments or not compiled_within(watch.left):
         return plan  # (the first solve after an install may not see the kernels compiled in its time)
     search = _Search(problem, plan, (watch.left if seconds is None else seconds) * STEPS_PER_SECOND, seed)
-    best = search.run(watch)
+    best = search.run(watch, [p for p in others if p is not None and p.assignments and p.parts != plan.parts])
     if best is None:
         return plan
     parts, order = best
@@ -81,20 +84,20 @@ def improve(problem: Problem, plan: Plan, watch: Stopwatch, *, seed: int = 0, se
     if better.objective >= plan.objective:
         return plan
     note = (f"parts polished: {plan.objective:.6g} -> {better.objective:.6g} by changing how "
-            f"{search.changed} task(s) are cut into parts or where they run")
+            f"{search.changed()} task(s) are cut into parts or where they run")
     return replace(better, notes=(*plan.notes, note), solve_time_s=plan.solve_time_s)
 
 
 def after_engine(problem: Problem, best: Plan, notes: list[str], bound: float, watch: Stopwatch, seed: int,
-                 seconds: float, progress=None) -> tuple[Plan, list[str]]:
-    """An exact engine's best batch plan and its ``notes`` after :func:`improve` in ``seconds`` of work, unless
-    ``seconds`` is 0 (latency: none kept for it) or the plan meets ``bound``; ``progress`` hears where it started
-    and ended."""
+                 seconds: float, progress=None, baseline: Plan | None = None) -> tuple[Plan, list[str]]:
+    """An exact engine's best batch plan and its ``notes`` after :func:`improve` (from it and from ``baseline``)
+    in ``seconds`` of work, unless ``seconds`` is 0 (latency: none kept for it) or the plan meets ``bound``;
+    ``progress`` hears where it started and ended."""
     if seconds <= 0 or best.objective <= bound * (1 + 1e-9):
         return best, notes
     if progress:
         progress(f"  parts polish from {best.objective:.6g} at {watch.elapsed:.1f} s")
-    best = improve(problem, replace(best, notes=tuple(notes)), watch, seed=seed, seconds=seconds)
+    best = improve(problem, replace(best, notes=tuple(notes)), watch, seed=seed, seconds=seconds, others=(baseline,))
     if progress:
         progress(f"  parts polish: {best.objective:.6g} at {watch.elapsed:.1f} s")
     return best, list(best.notes)
@@ -122,27 +125,42 @@ class _Search:
         self.count = np.zeros(n_tasks, dtype=np.int64)
         self.device = np.zeros((n_tasks, n), dtype=np.int64)
         self.size = np.zeros((n_tasks, n), dtype=np.int64)
-        for t, parts in plan.parts.items():
-            self._set(timing.index[t], [(column[d], b) for d, b in parts])
-        self.plan_parts = [list(p) for p in self.parts]
-        plan_starts = np.zeros((n_tasks, n))
-        seen: dict[str, int] = {}
-        for a in plan.assignments:
-            k = seen[a.task] = seen.get(a.task, -1) + 1
-            plan_starts[timing.index[a.task], k] = a.start or 0.0
-        self._count_memory()
+        self.column = column
+        self.plan_parts, plan_starts = self._load(plan)
+        self._restore(self.plan_parts)
         self.makespan, self.starts = self._time(plan_starts, listed=False)  # the first descent's start
         self.best_value = self.makespan
         self.best: tuple[list, np.ndarray] | None = None  # parts, starts
-        self.changed = 0
 
-    def run(self, watch: Stopwatch) -> tuple[Parts, dict] | None:
+    def _load(self, plan: Plan) -> tuple[list[list[tuple[int, int]]], np.ndarray]:
+        """``plan``'s parts (device indices) by task position, and each part's start."""
+        index = self.timing.index
+        parts: list[list[tuple[int, int]]] = [[] for _ in index]
+        for t, ps in plan.parts.items():
+            parts[index[t]] = [(self.column[d], b) for d, b in ps]
+        starts = np.zeros(self.size.shape)
+        seen: dict[str, int] = {}
+        for a in plan.assignments:
+            k = seen[a.task] = seen.get(a.task, -1) + 1
+            starts[index[a.task], k] = a.start or 0.0
+        return parts, starts
+
+    def changed(self) -> int:
+        """Tasks whose parts in the best plan differ from the plan's."""
+        return 0 if self.best is None else sum(a != b for a, b in zip(self.best[0], self.plan_parts))
+
+    def run(self, watch: Stopwatch, others: Sequence[Plan] = ()) -> tuple[Parts, dict] | None:
         """The best parts found and each device's order of them, or None where none beats the plan: a descent
-        from the plan's own order, one from list scheduling's (half the work each: the two often end in
-        different places), then kicks from the best."""
+        from the plan's own order and from each of ``others``', one from list scheduling's order of the plan (an
+        equal share of the work each: they often end in different places), then kicks from the best."""
         start_value = self.best_value
-        self._descend(watch, self.budget * 0.5)
-        self._keep()
+        firsts = [(self.plan_parts, None), *(self._load(other) for other in others)]
+        for i, (first_parts, first_starts) in enumerate(firsts):
+            if i:
+                self._restore(first_parts)
+                self.makespan, self.starts = self._time(first_starts, listed=False)
+            self._descend(watch, self.budget * (i + 1) / (len(firsts) + 1))
+            self._keep()
         self._restore(self.plan_parts)
         self.makespan, self.starts = self._time(None)
         self._descend(watch, self.budget)
@@ -156,10 +174,10 @@ class _Search:
             stalled = 0 if self._keep() else stalled + 1
         if self.best is None or self.best_value >= start_value:
             return None
-        best_parts, starts = self.best
+        best_parts, best_starts = self.best
         timing = self.timing
         parts = {t: [(timing.devices[d], b) for d, b in best_parts[i]] for i, t in enumerate(timing.tasks)}
-        return parts, _order(self.problem, parts, lambda t, k: starts[timing.index[t], k], timing.index)
+        return parts, _order(self.problem, parts, lambda t, k: best_starts[timing.index[t], k], timing.index)
 
     def _restore(self, parts: list[list[tuple[int, int]]]) -> None:
         for t, p in enumerate(parts):
@@ -215,7 +233,7 @@ class _Search:
             makespan, starts = self._time(key, listed=False)
             if makespan < self.makespan * (1 - 1e-9):
                 self._hold(task, old, parts)
-                self.makespan, self.starts, self.changed = makespan, starts, self.changed + 1
+                self.makespan, self.starts = makespan, starts
                 return True
         self._set(task, old)
         return False
