@@ -41,15 +41,18 @@ def compiled_within(seconds: float) -> bool:
 
 
 def _compile() -> None:
-    """Both kernels run once on two tasks of one part each, with the argument types the polish passes."""
-    count = np.ones(2, dtype=np.int64)
-    ptr, idx = np.array([0, 0, 1], dtype=np.int64), np.array([0], dtype=np.int64)
-    device, size = np.zeros((2, 1), dtype=np.int64), np.ones((2, 1), dtype=np.int64)
-    times, transfers = np.ones((2, 1, 2)), np.zeros((2, 1, 1))
-    key = _list_keys(np.array([0, 1, 1], dtype=np.int64), np.array([1], dtype=np.int64), np.ones((2, 1)),
-                     transfers, count, device, size)
-    _run(ptr, idx, times, transfers, transfers, count, device, size, key, 1, np.zeros((2, 1)), np.zeros((2, 1)))
-    _compiled.set()
+    """Both kernels run once on two tasks of one part each, with the argument types the polish passes; ready
+    even where that fails, so that the polish's own call raises the error rather than wait for it."""
+    try:
+        count = np.ones(2, dtype=np.int64)
+        ptr, idx = np.array([0, 0, 1], dtype=np.int64), np.array([0], dtype=np.int64)
+        device, size = np.zeros((2, 1), dtype=np.int64), np.ones((2, 1), dtype=np.int64)
+        times, transfers = np.ones((2, 1, 2)), np.zeros((2, 1, 1))
+        key = _list_keys(np.array([0, 1, 1], dtype=np.int64), np.array([1], dtype=np.int64), np.ones((2, 1)),
+                         transfers, count, device, size)
+        _run(ptr, idx, times, transfers, transfers, count, device, size, key, 1, np.zeros((2, 1)), np.zeros((2, 1)))
+    finally:
+        _compiled.set()
 
 
 class PartsTiming:

@@ -184,9 +184,6 @@ class _Search:
             self._set(t, p)
         self._count_memory()
 
-    def _parts(self, t: int) -> list[tuple[int, int]]:
-        return self.parts[t]
-
     def _set(self, t: int, parts: list[tuple[int, int]]) -> None:
         self.parts[t] = list(parts)
         self.count[t] = len(parts)
@@ -225,7 +222,7 @@ class _Search:
 
     def _try(self, task: int, candidates: list[list[tuple[int, int]]]) -> bool:
         """The first of ``candidates`` (parts of ``task``) that shortens the schedule, kept; whether one did."""
-        old = self._parts(task)
+        old = self.parts[task]
         key = self.starts.copy()
         key[task, :] = self.starts[task, :len(old)].min()  # the moved task's parts where its first part started
         for parts in candidates:
@@ -255,7 +252,7 @@ class _Search:
         for t in self.rng.sample(movable, min(len(movable), self.rng.randint(*KICK))):
             options = self._candidates(t)
             if options:
-                old, new = self._parts(t), self.rng.choice(options)
+                old, new = self.parts[t], self.rng.choice(options)
                 key[t, len(old):] = self.starts[t, :len(old)].min()
                 self._set(t, new)
                 self._hold(t, old, new)
@@ -265,10 +262,10 @@ class _Search:
         """Other ways to cut ``task`` and place its parts (see the module), each within memory, neighbouring parts
         on one device joined, none twice; a descent tries the few that join parts or follow a neighbour, a kick
         also moves one part or cuts a whole task in two."""
-        n, own, allowed = self.problem.batch_size, self._parts(task), self.allowed[task]
+        n, own, allowed = self.problem.batch_size, self.parts[task], self.allowed[task]
         options: list[list[tuple[int, int]]] = [own]
         options += [[(d, n)] for d in allowed]
-        options += [self._parts(u) for u in self.neighbours[task]]
+        options += [self.parts[u] for u in self.neighbours[task]]
         if kick and len(own) > 1:
             options += [own[:k] + [(d, b)] + own[k + 1:] for k, (_, b) in enumerate(own) for d in allowed]
         if kick and len(own) == 1 and n > 1:  # cut in two, the larger part first, on two devices
@@ -286,7 +283,7 @@ class _Search:
         need = self.memory[task]
         if need <= 0:
             return True
-        held = {d for d, _ in self._parts(task)}
+        held = {d for d, _ in self.parts[task]}
         return all(self.used[d] + need <= self.capacity[d] for d in {d for d, _ in parts} - held)
 
     def _time(self, key: np.ndarray | None, listed: bool = True) -> tuple[float, np.ndarray]:
