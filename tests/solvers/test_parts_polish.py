@@ -62,8 +62,17 @@ def test_never_worse_and_always_valid_over_servers_whose_devices_a_task_may_not_
     assert out.objective <= start.objective * (1 + 1e-12)
 
 
+def test_kicks_start_from_the_plan_where_no_single_change_helps():
+    # no change of one task shortens HEFT's plan of this DAG (the descents find nothing); kicks of a few at once do
+    problem = Problem(layered_dag(30, seed=0), diviml.preset("paper-server"), Objective("batch", batch_size=8))
+    start = diviml.solve(problem, "heft", time_limit=10)
+    out = parts_polish.improve(problem, start, Stopwatch(30.0), seconds=0.2)
+    assert validate(out, problem).ok
+    assert out.objective < start.objective * 0.97
+
+
 def test_a_better_start_among_the_others_is_searched_from_too():
-    # from HEFT's plan of this DAG alone the polish finds nothing; data parallelism's is better, and polished further
+    # data parallelism's plan of this DAG is better than HEFT's polished alone, and is polished further
     problem = Problem(layered_dag(30, seed=0), diviml.preset("paper-server"), Objective("batch", batch_size=8))
     start = diviml.solve(problem, "heft", time_limit=10)
     other = diviml.solve(problem, "data-parallel", time_limit=10)

@@ -14,12 +14,13 @@ and a kick, a few random tasks at a time, also one part on another device or a w
 two devices. A change is kept where the makespan falls, each device running its parts in the order
 the current schedule ran them (the moved task's where its first part started). Descents from the plan's own
 order, from list scheduling's, and from each other plan it is given (the solve's baseline: googlenet's join plan
-of split polishes to 2.989 ms, its data-parallel baseline to 2.830), then kicks from the best plan, each
-followed by a descent (iterated local search). Memory (a device holds the memory of every task it runs a part
-of) and allowed devices are kept by every change; tasks in co-location groups stay as they are. The search ends
-where :data:`STALL_ROUNDS` kicks in a row find nothing better or its work (parts timed,
-:data:`STEPS_PER_SECOND` per second it is given) is spent, so that on this machine its plan is the same for
-the same seed; where the clock ends it first (a slower or loaded machine), it may differ.
+of split polishes to 2.989 ms, its data-parallel baseline to 2.830), then kicks from the best plan (the plan
+itself where the descents found nothing better), each followed by a descent (iterated local search). Memory
+(a device holds the memory of every task it runs a part of) and allowed devices are kept by every change; tasks
+in co-location groups stay as they are. The search ends where :data:`STALL_ROUNDS` kicks in a row find nothing
+better or its work (parts timed, :data:`STEPS_PER_SECOND` per second it is given) is spent, so that on this
+machine its plan is the same for the same seed; where the clock ends it first (a slower or loaded machine), it
+may differ.
 
 At a batch of 8 on paper-server, given 12 s (seeds 0 and 1): exact's 5/3 plan of googlenet 3.161 -> 2.823 and
 2.850 ms, of inception_v3 7.392 -> 6.797 and 6.744 ms (in 7.7-11 s: 200 kicks found nothing better); with the
@@ -129,6 +130,7 @@ class _Search:
         self.plan_parts, plan_starts = self._load(plan)
         self._restore(self.plan_parts)
         self.makespan, self.starts = self._time(plan_starts, listed=False)  # the first descent's start
+        self.origin = (self.plan_parts, self.starts.copy())  # the kicks' start until a better plan is found
         self.best_value = self.makespan
         self.best: tuple[list, np.ndarray] | None = None  # parts, starts
 
@@ -152,7 +154,8 @@ class _Search:
     def run(self, watch: Stopwatch, others: Sequence[Plan] = ()) -> tuple[Parts, dict] | None:
         """The best parts found and each device's order of them, or None where none beats the plan: a descent
         from the plan's own order and from each of ``others``', one from list scheduling's order of the plan (an
-        equal share of the work each: they often end in different places), then kicks from the best."""
+        equal share of the work each: they often end in different places), then kicks from the best (from the
+        plan, where the descents found nothing better)."""
         start_value = self.best_value
         firsts = [(self.plan_parts, None), *(self._load(other) for other in others)]
         for i, (first_parts, first_starts) in enumerate(firsts):
@@ -166,9 +169,10 @@ class _Search:
         self._descend(watch, self.budget)
         self._keep()
         stalled = 0
-        while not self._spent(watch) and stalled < STALL_ROUNDS and self.best is not None:
-            self._restore(self.best[0])
-            self.makespan, self.starts = self._time(self.best[1])
+        while not self._spent(watch) and stalled < STALL_ROUNDS:
+            from_parts, from_starts = self.best or self.origin
+            self._restore(from_parts)
+            self.makespan, self.starts = self._time(from_starts)
             self._kick()
             self._descend(watch, self.budget)
             stalled = 0 if self._keep() else stalled + 1
