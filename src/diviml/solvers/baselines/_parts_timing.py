@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from ...problem import Problem
+from ..engines.arrays import csr
 
 __all__ = ["PartsTiming", "compile_in_background", "compiled_within"]
 
@@ -69,8 +70,8 @@ class PartsTiming:
         self.index = {t: i for i, t in enumerate(self.tasks)}
         self.devices = [d.name for d in platform.devices]
         n, n_tasks, n_devices = problem.batch_size, len(self.tasks), len(self.devices)
-        self.pred_ptr, self.pred_idx = self._csr(graph.predecessors)
-        self.succ_ptr, self.succ_idx = self._csr(graph.successors)
+        self.pred_ptr, self.pred_idx = csr([[self.index[u] for u in graph.predecessors[t]] for t in self.tasks])
+        self.succ_ptr, self.succ_idx = csr([[self.index[u] for u in graph.successors[t]] for t in self.tasks])
         self.times = np.full((n_tasks, n_devices, n + 1), np.nan)
         self.fixed = np.zeros((n_tasks, n_devices, n_devices))  # a transfer's latency, and its cost per row
         self.per_row = np.zeros((n_tasks, n_devices, n_devices))
@@ -89,12 +90,6 @@ class PartsTiming:
                                     for t in self.tasks])
         self.starts = np.zeros((n_tasks, n))
         self.finish = np.zeros((n_tasks, n))
-
-    def _csr(self, neighbours) -> tuple[np.ndarray, np.ndarray]:
-        lists = [[self.index[u] for u in neighbours[t]] for t in self.tasks]
-        ptr = np.zeros(len(lists) + 1, dtype=np.int64)
-        ptr[1:] = np.cumsum([len(x) for x in lists])
-        return ptr, np.array([u for x in lists for u in x], dtype=np.int64)
 
     def need(self, task: int, device: np.ndarray, size: np.ndarray, count: int) -> None:
         """Read the times of ``task``'s parts where not read yet."""

@@ -25,6 +25,7 @@ from ...bounds import EXACT_DP, lower_bound
 from ...errors import InputError
 from ...plan import Plan
 from ...problem import Problem
+from ..engines.arrays import csr
 from ..engines.plans import Stopwatch, make_plan
 from .common import Contracted, class_times, device_classes
 from .dp_kernel import walk_from
@@ -138,11 +139,11 @@ def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideal
     arg_class = np.full((len(masks), n_states), -1, dtype=np.int8)
     num_prod = len(contracted.producers)
     graph_arrays = (
-        *_csr(transitions, 3),  # pointers, positions, classes, child ideals
+        *csr(transitions, 3),  # pointers, positions, classes, child ideals
         np.array(times, dtype=np.float64).reshape(nd, num), np.array(sizes, dtype=np.float64),
         np.array([dc.memory for dc in dclasses], dtype=np.float64),
         np.array([not dc.is_host for dc in dclasses]), np.array(hop, dtype=np.float64).reshape(nd, num_prod),
-        *_csr(produced_by), *_csr(consumed_by),
+        *csr(produced_by), *csr(consumed_by),
         np.array([pc for _, pc, _ in contracted.producers], dtype=np.int64),
         np.array([len(consumers) for _, _, consumers in contracted.producers], dtype=np.int64),
         state_ok, radix)
@@ -189,14 +190,6 @@ def _class_data(problem: Problem, contracted: Contracted, dclasses) -> tuple[lis
         for c in consumers:
             consumed_by[c].append(k)
     return times, sizes, hop, produced_by, consumed_by
-
-
-def _csr(rows: list[list], width: int = 1):
-    """Row pointers and the rows' items, one after another (``width`` ints per item: one column each)."""
-    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(r) for r in rows])
-    items = np.array([x for r in rows for x in r], dtype=np.int64).reshape(-1, width)
-    return (ptr, *(np.ascontiguousarray(col) for col in items.T))
 
 
 def _greedy_contiguous(problem: Problem, watch: Stopwatch):
