@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ("diviml.plan", "diviml.batch_table", "diviml.bounds._energetic", "diviml.bounds._batch", "diviml.solvers", "diviml.solvers.auto", "diviml.solvers.search", "diviml.solvers.engines.layers", "diviml.solvers.engines.arrays", "diviml.frontends.derive", "diviml.generators")
+MODULES = ("diviml.plan", "diviml.batch_table", "diviml.bounds._energetic", "diviml.bounds._batch", "diviml.bounds._batch_rows", "diviml.solvers", "diviml.solvers.auto", "diviml.solvers.search", "diviml.solvers.engines.layers", "diviml.solvers.engines.arrays", "diviml.frontends.derive", "diviml.generators")
 
 
 @pytest.mark.parametrize("name", MODULES)

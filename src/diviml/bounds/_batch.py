@@ -12,6 +12,7 @@ from dataclasses import replace
 from time import perf_counter
 
 from ..problem import Objective, Problem
+from ._batch_rows import strengthen
 from ._latency import memory_path_bound
 from ._lp import _KeyedLP, _least_makespan, _unit
 from ._packing import packable_memory
@@ -61,7 +62,11 @@ def batch_path_work_bound(problem: Problem, time_limit: float | None = None) -> 
     if time_limit is not None and batch_path_work_seconds(problem) > time_limit:
         return 0.0  # it would not finish in its share: dropped without being tried
     stop = None if time_limit is None else perf_counter() + time_limit
-    return _least_makespan(batch_path_work_lp(problem, stop), stop) or 0.0  # not built or not proven in its share: dropped
+    plain = _least_makespan(batch_path_work_lp(problem, stop), stop) or 0.0  # not built or not proven in its share: dropped
+    if not plain:
+        return 0.0
+    stronger = None if stop is None else perf_counter() + (stop - perf_counter()) / 2  # the rest for the others
+    return max(plain, _least_makespan(batch_path_work_lp(problem, stronger, strengthened=True), stronger) or 0.0)
 
 
 def batch_path_work_seconds(problem: Problem) -> float:
@@ -77,8 +82,10 @@ def batch_path_work_seconds(problem: Problem) -> float:
     return 16.0 * (nonzeros / 351_064) ** 2.6
 
 
-def batch_path_work_lp(problem: Problem, stop: float | None) -> tuple[_KeyedLP, float] | None:
-    """The LP of :func:`batch_path_work_bound` and its time unit; None where building it passes ``stop``."""
+def batch_path_work_lp(problem: Problem, stop: float | None, strengthened: bool = False) -> tuple[_KeyedLP, float] | None:
+    """The LP of :func:`batch_path_work_bound` and its time unit; None where building it passes ``stop``.
+    ``strengthened``: with the rows of :mod:`._batch_rows` (None where they do not apply: a batch over
+    :data:`SINGLE_SIZES`)."""
     graph, platform = problem.graph, problem.platform
     n = problem.batch_size
     ranges = size_ranges(n)
@@ -115,6 +122,8 @@ def batch_path_work_lp(problem: Problem, stop: float | None) -> tuple[_KeyedLP, 
     for d in devices:
         lp.ub({("C",): -1.0, **work[d]})
     _memory_rows(problem, lp, share, stop)
+    if strengthened and not strengthen(problem, lp, unit, ranges, stop):
+        return None
     return lp, unit
 
 

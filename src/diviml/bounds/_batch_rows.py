@@ -1,0 +1,183 @@
+"""Rows that strengthen the batch path-work LP where the batch is small enough to price each part size alone.
+
+The LP averages plans: a task's samples "in parts of the whole batch" on two devices pay half a launch on each,
+and tasks run whole on different devices in parallel branches cost only their transfers. These rows, each valid
+for every plan, take some of that back:
+
+- **at least two parts unless whole**: a task is one part of the whole batch or at least two parts;
+- **chain overlap**: along a chain S of the graph (pairwise comparable tasks) the tasks run whole take disjoint
+  intervals, and while one runs on another device, a device can only run tasks incomparable to it (every part
+  of an ancestor has ended, no part of a descendant has begun), so its idle time is at least those intervals
+  less the work it has on such tasks;
+- **part configurations**: parts of a chain's tasks that run at the same moment hold different samples, so
+  the times spent in configurations of part sizes (one per device, at most the batch in all) cover every
+  device's time on the chain and sum to at most the makespan;
+- **transfers per device pair**: each edge's samples are coupled between the two tasks' device shares, and
+  the mean sample's path pays each crossing at its own pair's transfer of one sample.
+
+On the zoo at a batch of 8 on paper-server they lift the LP 0.5-5% (googlenet 1.838 -> 1.930 ms, resnet50
+4.257 -> 4.394, gpt2-small 10.005 -> 10.301) for 1-10 s (``benchmarks/batch_relaxations.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from time import perf_counter
+
+import networkx as nx
+
+from ..problem import Problem
+from ._lp import _KeyedLP
+
+__all__ = ["strengthen", "chain_cover"]
+
+CHAINS = 12  # at most this many chains in the cover
+CONFIGURATIONS_UP_TO = 2_000  # per chain: beyond (many devices), no configuration rows
+PAIR_COLUMNS_UP_TO = 200_000  # edges x device pairs: beyond, no coupling
+
+
+def strengthen(problem: Problem, lp: _KeyedLP, unit: float, ranges: list[tuple[int, int]], stop: float | None) -> bool:
+    """Add the rows above to the batch LP ``lp`` (built with size ``ranges``); False where ``stop`` passed first
+    or a part size is not priced alone (the rows need a column of whole-batch parts and exact part counts)."""
+    n = problem.batch_size
+    if any(lo != hi for lo, hi in ranges):
+        return False
+    chains = chain_cover(problem)
+    steps = [_two_parts_unless_whole, lambda *a: _chain_overlap(*a, chains), lambda *a: _configurations(*a, chains),
+             _pair_transfers]
+    for step in steps:
+        if stop is not None and perf_counter() > stop:
+            return False
+        step(problem, lp, unit, n)
+    return True
+
+
+def chain_cover(problem: Problem, most: int = CHAINS) -> list[list[str]]:
+    """Heaviest paths (whole-batch time on the fastest device) through tasks not yet covered, until all are.
+
+    >>> from diviml import Objective, Problem, preset
+    >>> from diviml.generators import layered_dag
+    >>> chains = chain_cover(Problem(layered_dag(8, seed=0), preset("paper-server"), Objective("batch", 2)))
+    >>> sorted({t for c in chains for t in c}) == sorted(layered_dag(8, seed=0).topological_order)
+    True
+    """
+    graph, n = problem.graph, problem.batch_size
+    weight = {t: min(problem.time(t, d, n) for d in problem.allowed_devices[t]) for t in graph.topological_order}
+    covered: set[str] = set()
+    chains: list[list[str]] = []
+    while len(covered) < len(graph) and len(chains) < most:
+        best: dict[str, float] = {}
+        previous: dict[str, str | None] = {}
+        for t in graph.topological_order:
+            before = max(graph.predecessors[t], key=best.__getitem__, default=None)
+            gain = weight[t] if t not in covered else 1e-9 * weight[t]
+            best[t], previous[t] = (best[before] if before else 0.0) + gain, before
+        chain: list[str] = []
+        at: str | None = max(graph.topological_order, key=best.__getitem__)
+        while at is not None:
+            chain.append(at)
+            at = previous[at]
+        if covered.issuperset(chain):
+            break
+        covered.update(chain)
+        chains.append(chain[::-1])
+    return chains
+
+
+def _work(problem: Problem, unit: float, task: str, device: str, b: int) -> float:
+    """The LP's work per sample of ``task`` on ``device`` in parts of ``b``."""
+    return problem.time(task, device, b) * unit / b
+
+
+def _samples(lp: _KeyedLP, task: str, device: str, n: int):
+    """(part size, column) of ``task``'s samples on ``device`` in the LP (range r is part size r + 1)."""
+    return [(r + 1, ("u", task, device, r)) for r in range(n) if lp.has(("u", task, device, r))]
+
+
+def _two_parts_unless_whole(problem: Problem, lp: _KeyedLP, unit: float, n: int) -> None:
+    """parts + (share in one part of the batch) >= 2: one part of the batch, or at least two parts."""
+    for t in problem.graph.topological_order:
+        row: dict = {}
+        for d in problem.allowed_devices[t]:
+            for b, key in _samples(lp, t, d, n):
+                row[key] = -1.0 / b - (1.0 / n if b == n else 0.0)
+        lp.ub(row, -2.0)
+
+
+def _chain_overlap(problem: Problem, lp: _KeyedLP, unit: float, n: int, chains: list[list[str]]) -> None:
+    """Per chain and device d: d's work, plus the chain's whole tasks on other devices, less what d overlaps
+    them with (its work on tasks incomparable to each, shared out), is at most C."""
+    graph = problem.graph
+    dag = nx.DiGraph(list(graph.edges))
+    dag.add_nodes_from(graph.topological_order)
+    related = {t: nx.ancestors(dag, t) | nx.descendants(dag, t) | {t} for t in graph.topological_order}
+    position = {t: i for i, t in enumerate(graph.topological_order)}
+    for c, chain in enumerate(chains):
+        for d in (device.name for device in problem.platform.devices):
+            runs_on_d = {t for t in graph.topological_order if _samples(lp, t, d, n)}
+            row: dict = {("C",): -1.0}
+            for t in graph.topological_order:
+                row.update({key: _work(problem, unit, t, d, b) for b, key in _samples(lp, t, d, n)})
+            overlaps: dict[str, list] = {}
+            for s in chain:
+                elsewhere = {("u", s, o, n - 1): problem.time(s, o, n) * unit / n
+                             for o in problem.allowed_devices[s] if o != d}
+                for key, x in elsewhere.items():
+                    row[key] = row.get(key, 0.0) + x
+                lp.col(("o", c, d, s))
+                row[("o", c, d, s)] = -1.0
+                lp.ub({("o", c, d, s): 1.0, **{key: -x for key, x in elsewhere.items()}})  # at most the intervals
+                share = {("o", c, d, s): 1.0}
+                for u in sorted(runs_on_d - related[s], key=position.__getitem__):
+                    lp.col(("y", c, d, u, s))
+                    share[("y", c, d, u, s)] = -1.0
+                    overlaps.setdefault(u, []).append(("y", c, d, u, s))
+                lp.ub(share)  # overlap with s's interval: d's work on tasks incomparable to s
+            for u, cols in overlaps.items():
+                lp.ub({**{key: 1.0 for key in cols},
+                       **{key: -_work(problem, unit, u, d, b) for b, key in _samples(lp, u, d, n)}})
+            lp.ub(row)
+
+
+def _configurations(problem: Problem, lp: _KeyedLP, unit: float, n: int, chains: list[list[str]]) -> None:
+    """Per chain: time in each configuration of part sizes (a size or none per device, at most n in all)."""
+    devices = [d.name for d in problem.platform.devices]
+    configs = []
+    for combo in itertools.product(range(n + 1), repeat=len(devices)):  # 0: no part of the chain
+        if 0 < sum(combo) <= n:
+            configs.append(combo)
+            if len(configs) > CONFIGURATIONS_UP_TO:
+                return
+    for c, chain in enumerate(chains):
+        for k in range(len(configs)):
+            lp.col(("Z", c, k))
+        lp.ub({("C",): -1.0, **{("Z", c, k): 1.0 for k in range(len(configs))}})
+        for i, d in enumerate(devices):
+            for b in range(1, n + 1):
+                row = {("Z", c, k): -1.0 for k, combo in enumerate(configs) if combo[i] == b}
+                row.update({("u", t, d, b - 1): _work(problem, unit, t, d, b)
+                            for t in chain if lp.has(("u", t, d, b - 1))})
+                lp.ub(row)
+
+
+def _pair_transfers(problem: Problem, lp: _KeyedLP, unit: float, n: int) -> None:
+    """Per edge: a coupling of the two tasks' device shares; the mean sample's path pays each crossing at its
+    pair's transfer of one sample."""
+    graph = problem.graph
+    allowed = problem.allowed_devices
+    if sum(len(allowed[u]) * len(allowed[v]) for u, v in graph.edges) > PAIR_COLUMNS_UP_TO:
+        return
+    for u, v in graph.edges:
+        pairs = [(a, b) for a in allowed[u] for b in allowed[v]]
+        for a, b in pairs:
+            lp.col(("F", u, v, a, b))
+        lp.eq({("F", u, v, a, b): 1.0 for a, b in pairs})
+        for a in allowed[u]:
+            lp.ub({**{key: 1.0 / n for _, key in _samples(lp, u, a, n)}, **{("F", u, v, a, b): -1.0 for b in allowed[v]}})
+        for b in allowed[v]:
+            lp.ub({**{key: 1.0 / n for _, key in _samples(lp, v, b, n)}, **{("F", u, v, a, b): -1.0 for a in allowed[u]}})
+        row = {("e", u): 1.0, ("e", v): -1.0}
+        for d in allowed[v]:
+            row.update({key: problem.time(v, d, size) * unit / n for size, key in _samples(lp, v, d, n)})
+        row.update({("F", u, v, a, b): problem.transfer(u, a, b, 1.0 / graph.batch_size) * unit for a, b in pairs if a != b})
+        lp.ub(row)
