@@ -22,6 +22,7 @@ On the zoo at a batch of 8 on paper-server they lift the LP 0.5-5% (googlenet 1.
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from time import perf_counter
 
 import networkx as nx
@@ -43,8 +44,8 @@ def strengthen(problem: Problem, lp: _KeyedLP, unit: float, ranges: list[tuple[i
     if any(lo != hi for lo, hi in ranges):
         return False
     chains = chain_cover(problem)
-    steps = [_two_parts_unless_whole, lambda *a: _chain_overlap(*a, chains), lambda *a: _configurations(*a, chains),
-             _pair_transfers]
+    steps = [partial(_two_parts_unless_whole), partial(_chain_overlap, chains=chains),
+             partial(_configurations, chains=chains), partial(_pair_transfers)]
     for step in steps:
         if stop is not None and perf_counter() > stop:
             return False
@@ -120,14 +121,14 @@ def _chain_overlap(problem: Problem, lp: _KeyedLP, unit: float, n: int, chains: 
                 row.update({key: _work(problem, unit, t, d, b) for b, key in _samples(lp, t, d, n)})
             overlaps: dict[str, list] = {}
             for s in chain:
-                elsewhere = {("u", s, o, n - 1): problem.time(s, o, n) * unit / n
+                elsewhere: dict = {("u", s, o, n - 1): problem.time(s, o, n) * unit / n
                              for o in problem.allowed_devices[s] if o != d}
                 for key, x in elsewhere.items():
                     row[key] = row.get(key, 0.0) + x
                 lp.col(("o", c, d, s))
                 row[("o", c, d, s)] = -1.0
                 lp.ub({("o", c, d, s): 1.0, **{key: -x for key, x in elsewhere.items()}})  # at most the intervals
-                share = {("o", c, d, s): 1.0}
+                share: dict = {("o", c, d, s): 1.0}
                 for u in sorted(runs_on_d - related[s], key=position.__getitem__):
                     lp.col(("y", c, d, u, s))
                     share[("y", c, d, u, s)] = -1.0
@@ -154,7 +155,7 @@ def _configurations(problem: Problem, lp: _KeyedLP, unit: float, n: int, chains:
         lp.ub({("C",): -1.0, **{("Z", c, k): 1.0 for k in range(len(configs))}})
         for i, d in enumerate(devices):
             for b in range(1, n + 1):
-                row = {("Z", c, k): -1.0 for k, combo in enumerate(configs) if combo[i] == b}
+                row: dict = {("Z", c, k): -1.0 for k, combo in enumerate(configs) if combo[i] == b}
                 row.update({("u", t, d, b - 1): _work(problem, unit, t, d, b)
                             for t in chain if lp.has(("u", t, d, b - 1))})
                 lp.ub(row)
@@ -176,7 +177,7 @@ def _pair_transfers(problem: Problem, lp: _KeyedLP, unit: float, n: int) -> None
             lp.ub({**{key: 1.0 / n for _, key in _samples(lp, u, a, n)}, **{("F", u, v, a, b): -1.0 for b in allowed[v]}})
         for b in allowed[v]:
             lp.ub({**{key: 1.0 / n for _, key in _samples(lp, v, b, n)}, **{("F", u, v, a, b): -1.0 for a in allowed[u]}})
-        row = {("e", u): 1.0, ("e", v): -1.0}
+        row: dict = {("e", u): 1.0, ("e", v): -1.0}
         for d in allowed[v]:
             row.update({key: problem.time(v, d, size) * unit / n for size, key in _samples(lp, v, d, n)})
         row.update({("F", u, v, a, b): problem.transfer(u, a, b, 1.0 / graph.batch_size) * unit for a, b in pairs if a != b})
