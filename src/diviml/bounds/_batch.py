@@ -55,7 +55,9 @@ def batch_path_work_bound(problem: Problem, time_limit: float | None = None) -> 
     - a device that holds any share of a task holds all its memory: ``sum_t m_t s[t,d] <=`` its memory.
 
     One part of the whole batch prices a task at its batched time on the path; many small parts shorten the
-    path but add work: a plan cannot have both, which the simple bounds let it. 0 for other objectives.
+    path but add work: a plan cannot have both, which the simple bounds let it. Where every part size is priced
+    alone (a batch of at most :data:`SINGLE_SIZES`), the LP is solved again with the rows of :mod:`._batch_rows`
+    in half the time left, and the larger value kept. 0 for other objectives.
     """
     if problem.objective.kind != "batch":
         return 0.0
