@@ -72,12 +72,13 @@ def whole_part_counts(problem: diviml.Problem, lp: _KeyedLP, unit: float, second
     with native_output_discarded():  # HiGHS's MILP prints a line now and then as it mends a solution
         res = milp(cost, constraints=LinearConstraint(a.matrix(row, n_cols), low, high), integrality=integral,
                    bounds=Bounds(0, np.inf), options={"time_limit": seconds, "disp": False})
+    proven = res.mip_dual_bound / unit if res.mip_dual_bound is not None else float("nan")  # none in the time
     if res.x is None:
-        return res.mip_dual_bound / unit, float("nan"), float("nan")
+        return proven, float("nan"), float("nan")
     parts = {t: [] for t in problem.graph.topological_order}
     for key in samples:
         parts[key[1]] += [(key[2], ranges[key[3]][0])] * round(res.x[lp.index[("p", *key[1:])]])
-    return res.mip_dual_bound / unit, res.fun / unit, schedule(problem, parts).makespan
+    return proven, res.fun / unit, schedule(problem, parts).makespan
 
 
 def row(name: str, milp_seconds: float) -> str:
