@@ -56,3 +56,15 @@ def test_the_chain_cover_starts_with_the_heaviest_path_and_covers_every_task():
         assert all(b in graph.successors[a] for a, b in zip(chain, chain[1:]))  # each a path of the graph
     heaviest = max(chains, key=lambda c: sum(min(problem.time(t, d, 4) for d in problem.allowed_devices[t]) for t in c))
     assert chains[0] == heaviest
+
+
+def test_graphs_over_the_size_limit_and_builds_past_their_deadline_get_no_rows(monkeypatch):
+    from time import perf_counter
+
+    from diviml.bounds import _batch_rows
+    problem = Problem(layered_dag(10, seed=0), diviml.preset("paper-server"), Objective("batch", batch_size=4))
+    assert batch_path_work_lp(problem, perf_counter() + 60, strengthened=True) is not None
+    assert batch_path_work_lp(problem, perf_counter() - 1, strengthened=True) is None  # the time is already up
+    monkeypatch.setattr(_batch_rows, "TASKS_UP_TO", 9)
+    assert batch_path_work_lp(problem, None, strengthened=True) is None
+    assert batch_path_work_bound(problem) == pytest.approx(_least_makespan(batch_path_work_lp(problem, None), None))

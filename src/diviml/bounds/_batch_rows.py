@@ -33,6 +33,7 @@ from ._lp import _KeyedLP
 __all__ = ["strengthen", "chain_cover"]
 
 CHAINS = 12  # at most this many chains in the cover
+TASKS_UP_TO = 1_000  # larger graphs get no rows: building the chain overlap takes time quadratic in the tasks
 CONFIGURATIONS_UP_TO = 2_000  # per chain: beyond (many devices), no configuration rows
 PAIR_COLUMNS_UP_TO = 200_000  # edges x device pairs: beyond, no coupling
 
@@ -41,16 +42,16 @@ def strengthen(problem: Problem, lp: _KeyedLP, unit: float, ranges: list[tuple[i
     """Add the rows above to the batch LP ``lp`` (built with size ``ranges``); False where ``stop`` passed first
     or a part size is not priced alone (the rows need a column of whole-batch parts and exact part counts)."""
     n = problem.batch_size
-    if any(lo != hi for lo, hi in ranges):
+    if any(lo != hi for lo, hi in ranges) or len(problem.graph) > TASKS_UP_TO:
         return False
     chains = chain_cover(problem)
-    steps = [partial(_two_parts_unless_whole), partial(_chain_overlap, chains=chains),
+    steps = [partial(_two_parts_unless_whole), partial(_chain_overlap, chains=chains, stop=stop),
              partial(_configurations, chains=chains), partial(_pair_transfers)]
     for step in steps:
         if stop is not None and perf_counter() > stop:
             return False
         step(problem, lp, unit, n)
-    return True
+    return stop is None or perf_counter() <= stop
 
 
 def chain_cover(problem: Problem, most: int = CHAINS) -> list[list[str]]:
@@ -105,7 +106,8 @@ def _two_parts_unless_whole(problem: Problem, lp: _KeyedLP, unit: float, n: int)
         lp.ub(row, -2.0)
 
 
-def _chain_overlap(problem: Problem, lp: _KeyedLP, unit: float, n: int, chains: list[list[str]]) -> None:
+def _chain_overlap(problem: Problem, lp: _KeyedLP, unit: float, n: int, chains: list[list[str]],
+                   stop: float | None = None) -> None:
     """Per chain and device d: d's work, plus the chain's whole tasks on other devices, less what d overlaps
     them with (its work on tasks incomparable to each, shared out), is at most C."""
     graph = problem.graph
@@ -114,6 +116,8 @@ def _chain_overlap(problem: Problem, lp: _KeyedLP, unit: float, n: int, chains: 
     related = {t: nx.ancestors(dag, t) | nx.descendants(dag, t) | {t} for t in graph.topological_order}
     position = {t: i for i, t in enumerate(graph.topological_order)}
     for c, chain in enumerate(chains):
+        if stop is not None and perf_counter() > stop:
+            return  # the caller sees the time is up and drops the LP
         for d in (device.name for device in problem.platform.devices):
             runs_on_d = {t for t in graph.topological_order if _samples(lp, t, d, n)}
             row: dict = {("C",): -1.0}
