@@ -124,7 +124,7 @@ def batch_path_work_lp(problem: Problem, stop: float | None, strengthened: bool 
     for d in devices:
         lp.ub({("C",): -1.0, **work[d]})
     _memory_rows(problem, lp, share, stop)
-    if strengthened and not strengthen(problem, lp, unit, ranges, stop):
+    if strengthened and not strengthen(problem, lp, unit, ranges, path, work, stop):
         return None
     return lp, unit
 

@@ -38,19 +38,26 @@ CONFIGURATIONS_UP_TO = 2_000  # per chain: beyond (many devices), no configurati
 PAIR_COLUMNS_UP_TO = 200_000  # edges x device pairs: beyond, no coupling
 
 
-def strengthen(problem: Problem, lp: _KeyedLP, unit: float, ranges: list[tuple[int, int]], stop: float | None) -> bool:
-    """Add the rows above to the batch LP ``lp`` (built with size ``ranges``); False where ``stop`` passed first
-    or a part size is not priced alone (the rows need a column of whole-batch parts and exact part counts)."""
+def strengthen(problem: Problem, lp: _KeyedLP, unit: float, ranges: list[tuple[int, int]], path: dict[str, dict],
+               work: dict[str, dict], stop: float | None) -> bool:
+    """Add the rows above to the batch LP ``lp`` (built with size ``ranges``; ``path[t]`` and ``work[d]``: its
+    coefficients of the mean sample's time in task t and of device d's work, by column); False where ``stop``
+    passed first or a part size is not priced alone (the rows need a column of whole-batch parts and exact part
+    counts)."""
     n = problem.batch_size
     if any(lo != hi for lo, hi in ranges) or len(problem.graph) > TASKS_UP_TO:
         return False
     chains = chain_cover(problem)
-    steps = [partial(_two_parts_unless_whole), partial(_chain_overlap, chains=chains, stop=stop),
-             partial(_configurations, chains=chains), partial(_pair_transfers)]
+    on_device: dict[str, dict[str, dict]] = {d: {} for d in work}  # device -> task -> {column: work coefficient}
+    for d, columns in work.items():
+        for key, x in columns.items():
+            on_device[d].setdefault(key[1], {})[key] = x
+    steps = [partial(_two_parts_unless_whole, path=path), partial(_chain_overlap, chains=chains, stop=stop),
+             partial(_configurations, chains=chains), partial(_pair_transfers, path=path, unit=unit)]
     for step in steps:
         if stop is not None and perf_counter() > stop:
             return False
-        step(problem, lp, unit, n)
+        step(problem, lp, on_device, n)
     return stop is None or perf_counter() <= stop
 
 
@@ -86,27 +93,14 @@ def chain_cover(problem: Problem, most: int = CHAINS) -> list[list[str]]:
     return chains
 
 
-def _work(problem: Problem, unit: float, task: str, device: str, b: int) -> float:
-    """The LP's work per sample of ``task`` on ``device`` in parts of ``b``."""
-    return problem.time(task, device, b) * unit / b
-
-
-def _samples(lp: _KeyedLP, task: str, device: str, n: int):
-    """(part size, column) of ``task``'s samples on ``device`` in the LP (range r is part size r + 1)."""
-    return [(r + 1, ("u", task, device, r)) for r in range(n) if lp.has(("u", task, device, r))]
-
-
-def _two_parts_unless_whole(problem: Problem, lp: _KeyedLP, unit: float, n: int) -> None:
-    """parts + (share in one part of the batch) >= 2: one part of the batch, or at least two parts."""
+def _two_parts_unless_whole(problem: Problem, lp: _KeyedLP, on_device: dict, n: int, path: dict[str, dict]) -> None:
+    """parts + (share in one part of the batch) >= 2: one part of the batch, or at least two parts (column
+    ``("u", t, d, b - 1)`` holds the samples in parts of b)."""
     for t in problem.graph.topological_order:
-        row: dict = {}
-        for d in problem.allowed_devices[t]:
-            for b, key in _samples(lp, t, d, n):
-                row[key] = -1.0 / b - (1.0 / n if b == n else 0.0)
-        lp.ub(row, -2.0)
+        lp.ub({key: -1.0 / (key[3] + 1) - (1.0 / n if key[3] + 1 == n else 0.0) for key in path[t]}, -2.0)
 
 
-def _chain_overlap(problem: Problem, lp: _KeyedLP, unit: float, n: int, chains: list[list[str]],
+def _chain_overlap(problem: Problem, lp: _KeyedLP, on_device: dict, n: int, chains: list[list[str]],
                    stop: float | None = None) -> None:
     """Per chain and device d: d's work, plus the chain's whole tasks on other devices, less what d overlaps
     them with (its work on tasks incomparable to each, shared out), is at most C."""
@@ -118,33 +112,29 @@ def _chain_overlap(problem: Problem, lp: _KeyedLP, unit: float, n: int, chains: 
     for c, chain in enumerate(chains):
         if stop is not None and perf_counter() > stop:
             return  # the caller sees the time is up and drops the LP
-        for d in (device.name for device in problem.platform.devices):
-            runs_on_d = {t for t in graph.topological_order if _samples(lp, t, d, n)}
-            row: dict = {("C",): -1.0}
-            for t in graph.topological_order:
-                row.update({key: _work(problem, unit, t, d, b) for b, key in _samples(lp, t, d, n)})
+        for d, tasks in on_device.items():
+            row: dict = {("C",): -1.0, **{key: x for columns in tasks.values() for key, x in columns.items()}}
             overlaps: dict[str, list] = {}
             for s in chain:
-                elsewhere: dict = {("u", s, o, n - 1): problem.time(s, o, n) * unit / n
-                             for o in problem.allowed_devices[s] if o != d}
+                elsewhere = {("u", s, o, n - 1): on_device[o][s][("u", s, o, n - 1)]
+                             for o in problem.allowed_devices[s] if o != d}  # its work in one part of the batch
                 for key, x in elsewhere.items():
                     row[key] = row.get(key, 0.0) + x
                 lp.col(("o", c, d, s))
                 row[("o", c, d, s)] = -1.0
                 lp.ub({("o", c, d, s): 1.0, **{key: -x for key, x in elsewhere.items()}})  # at most the intervals
                 share: dict = {("o", c, d, s): 1.0}
-                for u in sorted(runs_on_d - related[s], key=position.__getitem__):
+                for u in sorted(tasks.keys() - related[s], key=position.__getitem__):
                     lp.col(("y", c, d, u, s))
                     share[("y", c, d, u, s)] = -1.0
                     overlaps.setdefault(u, []).append(("y", c, d, u, s))
                 lp.ub(share)  # overlap with s's interval: d's work on tasks incomparable to s
             for u, cols in overlaps.items():
-                lp.ub({**{key: 1.0 for key in cols},
-                       **{key: -_work(problem, unit, u, d, b) for b, key in _samples(lp, u, d, n)}})
+                lp.ub({**{key: 1.0 for key in cols}, **{key: -x for key, x in tasks[u].items()}})
             lp.ub(row)
 
 
-def _configurations(problem: Problem, lp: _KeyedLP, unit: float, n: int, chains: list[list[str]]) -> None:
+def _configurations(problem: Problem, lp: _KeyedLP, on_device: dict, n: int, chains: list[list[str]]) -> None:
     """Per chain: time in each configuration of part sizes (a size or none per device, at most n in all)."""
     devices = [d.name for d in problem.platform.devices]
     configs = []
@@ -160,12 +150,12 @@ def _configurations(problem: Problem, lp: _KeyedLP, unit: float, n: int, chains:
         for i, d in enumerate(devices):
             for b in range(1, n + 1):
                 row: dict = {("Z", c, k): -1.0 for k, combo in enumerate(configs) if combo[i] == b}
-                row.update({("u", t, d, b - 1): _work(problem, unit, t, d, b)
-                            for t in chain if lp.has(("u", t, d, b - 1))})
+                row.update({key: x for t in chain for key, x in on_device[d].get(t, {}).items() if key[3] == b - 1})
                 lp.ub(row)
 
 
-def _pair_transfers(problem: Problem, lp: _KeyedLP, unit: float, n: int) -> None:
+def _pair_transfers(problem: Problem, lp: _KeyedLP, on_device: dict, n: int, path: dict[str, dict],
+                    unit: float) -> None:
     """Per edge: a coupling of the two tasks' device shares; the mean sample's path pays each crossing at its
     pair's transfer of one sample."""
     graph = problem.graph
@@ -178,11 +168,9 @@ def _pair_transfers(problem: Problem, lp: _KeyedLP, unit: float, n: int) -> None
             lp.col(("F", u, v, a, b))
         lp.eq({("F", u, v, a, b): 1.0 for a, b in pairs})
         for a in allowed[u]:
-            lp.ub({**{key: 1.0 / n for _, key in _samples(lp, u, a, n)}, **{("F", u, v, a, b): -1.0 for b in allowed[v]}})
+            lp.ub({**{key: 1.0 / n for key in on_device[a][u]}, **{("F", u, v, a, b): -1.0 for b in allowed[v]}})
         for b in allowed[v]:
-            lp.ub({**{key: 1.0 / n for _, key in _samples(lp, v, b, n)}, **{("F", u, v, a, b): -1.0 for a in allowed[u]}})
-        row: dict = {("e", u): 1.0, ("e", v): -1.0}
-        for d in allowed[v]:
-            row.update({key: problem.time(v, d, size) * unit / n for size, key in _samples(lp, v, d, n)})
+            lp.ub({**{key: 1.0 / n for key in on_device[b][v]}, **{("F", u, v, a, b): -1.0 for a in allowed[u]}})
+        row: dict = {("e", u): 1.0, ("e", v): -1.0, **path[v]}
         row.update({("F", u, v, a, b): problem.transfer(u, a, b, 1.0 / graph.batch_size) * unit for a, b in pairs if a != b})
         lp.ub(row)
