@@ -8,7 +8,8 @@ bound (plans that split tasks as they like), the default solver's batch plan, an
 its bound and status. Where the plan meets the whole-task optimum, the gap to the batch bound is all in what
 splitting tasks could gain, which the bound allows and no plan found takes. Where the plan keeps a device busy
 all the time (its busy share), that device's work is the plan's makespan: a better plan must take work off it
-(the split most of the plan's tasks run in shows where that work comes from). Prints a table and writes benchmarks/results/whole_tasks.md.
+(the split most of the plan's tasks run in shows where that work comes from). Prints a table and writes
+benchmarks/results/whole_tasks.md.
 
     python benchmarks/whole_tasks.py                         # the committed table (60 s a solve)
     python benchmarks/whole_tasks.py --models googlenet --limit 20

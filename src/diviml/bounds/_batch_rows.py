@@ -172,5 +172,6 @@ def _pair_transfers(problem: Problem, lp: _KeyedLP, on_device: dict, n: int, pat
         for b in allowed[v]:
             lp.ub({**{key: 1.0 / n for key in on_device[b][v]}, **{("F", u, v, a, b): -1.0 for a in allowed[u]}})
         row: dict = {("e", u): 1.0, ("e", v): -1.0, **path[v]}
-        row.update({("F", u, v, a, b): problem.transfer(u, a, b, 1.0 / graph.batch_size) * unit for a, b in pairs if a != b})
+        row.update({("F", u, v, a, b): problem.transfer(u, a, b, 1.0 / graph.batch_size) * unit
+                    for a, b in pairs if a != b})
         lp.ub(row)
