@@ -3,7 +3,10 @@
 For each zoo model at a batch of 8 on paper-server: the least makespan of the plain LP, of the LP with the rows
 of :mod:`diviml.bounds._batch_rows` (what :func:`diviml.bounds.batch_path_work_bound` now returns), and of the
 strengthened LP asked for at least two parts of every task (a bound only of the plans that cut every task: where
-it rises far above, the LP's plans are the ones that run tasks whole). ``--milp SECONDS`` also solves the
+it rises far above, the LP's plans are the ones that run tasks whole), and of the strengthened LP with the host
+CPU running only whole tasks, or nothing (bounds only of the plans that cut no task on it, or leave it idle: where
+they rise far above, the LP's plans lean on the CPU taking a sample or two of a task beside the GPUs' parts).
+``--milp SECONDS`` also solves the
 strengthened LP with whole part counts (HiGHS): its proven bound, its best solution, and that solution's parts
 timed by the simulator. Prints a table and writes benchmarks/results/batch_relaxations.md.
 
@@ -42,6 +45,15 @@ def add_two_parts(problem: diviml.Problem, lp: _KeyedLP) -> None:
                if lp.has(("u", t, d, r))}, -2.0)
 
 
+def host_parts_at_least(problem: diviml.Problem, lp: _KeyedLP, least: int) -> None:
+    """No part of fewer than ``least`` samples on a host CPU (the batch: only whole tasks; above it: none)."""
+    ranges = size_ranges(problem.batch_size)
+    hosts = {d.name for d in problem.platform.devices if d.is_host}
+    for key in lp.index:
+        if key[0] == "u" and key[2] in hosts and ranges[key[3]][1] < least:
+            lp.ub({key: 1.0}, 0.0)
+
+
 def whole_part_counts(problem: diviml.Problem, lp: _KeyedLP, unit: float, seconds: float) -> tuple[float, float, float]:
     """``lp`` with a whole number of parts of each size per task and device (HiGHS, ``seconds``): its proven bound,
     its best solution, and that solution's parts timed by the simulator (list order), all in seconds."""
@@ -75,7 +87,7 @@ def whole_part_counts(problem: diviml.Problem, lp: _KeyedLP, unit: float, second
     proven = res.mip_dual_bound / unit if res.mip_dual_bound is not None else float("nan")  # none in the time
     if res.x is None:
         return proven, float("nan"), float("nan")
-    parts = {t: [] for t in problem.graph.topological_order}
+    parts: dict[str, list[tuple[str, int]]] = {t: [] for t in problem.graph.topological_order}
     for key in samples:
         parts[key[1]] += [(key[2], ranges[key[3]][0])] * round(res.x[lp.index[("p", *key[1:])]])
     return proven, res.fun / unit, schedule(problem, parts).makespan
@@ -90,9 +102,14 @@ def row(name: str, milp_seconds: float) -> str:
     cut, cut_unit = batch_path_work_lp(problem, None, strengthened=True)
     add_two_parts(problem, cut)
     every_task_cut = _least_makespan((cut, cut_unit), None) or 0.0
+    host = []
+    for least in (problem.batch_size, problem.batch_size + 1):  # whole tasks only; nothing
+        barred = batch_path_work_lp(problem, None, strengthened=True)
+        host_parts_at_least(problem, barred[0], least)
+        host.append(_least_makespan(barred, None) or 0.0)
     ms = 1e3
     cells = [name, f"{plain * ms:.4f}", f"{strengthened * ms:.4f} ({100 * (strengthened / plain - 1):+.1f}%)",
-             f"{every_task_cut * ms:.4f}"]
+             f"{every_task_cut * ms:.4f}", *(f"{value * ms:.4f}" for value in host)]
     if milp_seconds > 0:
         proven, best, timed = whole_part_counts(problem, lp, unit, milp_seconds)
         cells += [f"{proven * ms:.4f}", f"{best * ms:.4f}", f"{timed * ms:.2f}"]
@@ -106,7 +123,8 @@ def main() -> None:
     ap.add_argument("--milp", type=float, default=0.0, help="seconds for the whole-part-count program (0: not run)")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
-    columns = ["model", "plain LP, ms", "strengthened (the bound now)", "strengthened, every task in >= 2 parts"]
+    columns = ["model", "plain LP, ms", "strengthened (the bound now)", "strengthened, every task in >= 2 parts",
+               "strengthened, the CPU running only whole tasks", "strengthened, the CPU idle"]
     if args.milp > 0:
         columns += [f"whole part counts: proven in {args.milp:g} s", "its best", "its parts simulated"]
     head = "| " + " | ".join(columns + ["s"]) + " |\n" + "|---" * (len(columns) + 1) + "|\n"
@@ -120,7 +138,8 @@ def main() -> None:
         command += " --models " + " ".join(args.models)
     text = (f"# Candidate strengthenings of the batch path-work LP\n\n`{command}`\n\n" + head + "\n".join(lines)
             + "\n\nA batch of 8 on paper-server; least makespans in ms, each a lower bound of every batch plan "
-            "except the column with at least two parts of every task (a bound of the plans that cut every task). "
+            "except the last three columns, each a bound of a class of plans: those that cut every task into at least "
+            "two parts, those that cut no task on the CPU, and those that run nothing on it. "
             "The strengthened LP is the batch path-work bound the solvers use (README, Design, \"Batch bounds\").\n")
     Path(args.out).write_text(text)
 
