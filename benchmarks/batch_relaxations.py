@@ -10,7 +10,7 @@ they rise far above, the LP's plans lean on the CPU taking a sample or two of a 
 strengthened LP with whole part counts (HiGHS): its proven bound, its best solution, and that solution's parts
 timed by the simulator. Prints a table and writes benchmarks/results/batch_relaxations.md.
 
-    python benchmarks/batch_relaxations.py                       # the LPs, about half a minute
+    python benchmarks/batch_relaxations.py                       # the LPs, about two minutes
     python benchmarks/batch_relaxations.py --models resnet50 --milp 60
 """
 
