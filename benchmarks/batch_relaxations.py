@@ -1,14 +1,13 @@
-"""Benchmark: the batch path-work LP, plain and strengthened, and two relaxations beyond it (issue 25).
+"""Benchmark: the batch path-work LP, plain and strengthened, and bounds of classes of plans beyond it (issue 25).
 
 For each zoo model at a batch of 8 on paper-server: the least makespan of the plain LP, of the LP with the rows
 of :mod:`diviml.bounds._batch_rows` (what :func:`diviml.bounds.batch_path_work_bound` now returns), and of the
-strengthened LP asked for at least two parts of every task (a bound only of the plans that cut every task: where
-it rises far above, the LP's plans are the ones that run tasks whole), and of the strengthened LP with the host
-CPU running only whole tasks, or nothing (bounds only of the plans that cut no task on it, or leave it idle: where
-they rise far above, the LP's plans lean on the CPU taking a sample or two of a task beside the GPUs' parts).
-``--milp SECONDS`` also solves the
-strengthened LP with whole part counts (HiGHS): its proven bound, its best solution, and that solution's parts
-timed by the simulator. Prints a table and writes benchmarks/results/batch_relaxations.md.
+strengthened LP restricted three ways, each a bound only of the plans it admits: at least two parts of every
+task (where it rises far above, the LP's plans are the ones that run tasks whole), and the host CPU running only
+whole tasks, or nothing (where they rise far above, the LP's plans lean on the CPU taking a sample or two of a
+task beside the GPUs' parts). ``--milp SECONDS`` also solves the strengthened LP with whole part counts (HiGHS):
+its proven bound, its best solution, and that solution's parts timed by the simulator. Prints a table and writes
+benchmarks/results/batch_relaxations.md.
 
     python benchmarks/batch_relaxations.py                       # the LPs, about two minutes
     python benchmarks/batch_relaxations.py --models resnet50 --milp 60
@@ -19,7 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -52,6 +53,14 @@ def host_parts_at_least(problem: diviml.Problem, lp: _KeyedLP, least: int) -> No
     for key in lp.index:
         if key[0] == "u" and key[2] in hosts and ranges[key[3]][1] < least:
             lp.ub({key: 1.0}, 0.0)
+
+
+def strengthened_with(problem: diviml.Problem, restrict: Callable[[diviml.Problem, _KeyedLP], None]) -> float:
+    """The least makespan (seconds) of the strengthened LP with ``restrict``'s rows added (0 where not proven)."""
+    built = batch_path_work_lp(problem, None, strengthened=True)
+    assert built is not None  # no deadline: it is always built
+    restrict(problem, built[0])
+    return _least_makespan(built, None) or 0.0
 
 
 def whole_part_counts(problem: diviml.Problem, lp: _KeyedLP, unit: float, seconds: float) -> tuple[float, float, float]:
@@ -99,14 +108,9 @@ def row(name: str, milp_seconds: float) -> str:
     plain = _least_makespan(batch_path_work_lp(problem, None), None) or 0.0
     lp, unit = batch_path_work_lp(problem, None, strengthened=True)
     strengthened = _least_makespan((lp, unit), None) or 0.0
-    cut, cut_unit = batch_path_work_lp(problem, None, strengthened=True)
-    add_two_parts(problem, cut)
-    every_task_cut = _least_makespan((cut, cut_unit), None) or 0.0
-    host = []
-    for least in (problem.batch_size, problem.batch_size + 1):  # whole tasks only; nothing
-        barred = batch_path_work_lp(problem, None, strengthened=True)
-        host_parts_at_least(problem, barred[0], least)
-        host.append(_least_makespan(barred, None) or 0.0)
+    every_task_cut = strengthened_with(problem, add_two_parts)
+    host = [strengthened_with(problem, partial(host_parts_at_least, least=least))
+            for least in (problem.batch_size, problem.batch_size + 1)]  # whole tasks only; nothing
     ms = 1e3
     cells = [name, f"{plain * ms:.4f}", f"{strengthened * ms:.4f} ({100 * (strengthened / plain - 1):+.1f}%)",
              f"{every_task_cut * ms:.4f}", *(f"{value * ms:.4f}" for value in host)]
