@@ -1,0 +1,156 @@
+"""Benchmark: is a batch gap the bound's or the plan's? One module, every way to cut its tasks, solved exactly.
+
+The batch gap on the zoo is already there in one module: the tasks from one series point to the next, as a
+problem of their own (README, Design, "Batch bounds"). Such a module is small enough for a CP-SAT model of
+every batch plan: for each task, each range of consecutive samples and each device, an optional part (the
+simulator's parts are such ranges); every sample of a task in exactly one part; each device running one part at
+a time; a part starting after every producer part it shares samples with has ended and its rows have moved
+(:func:`diviml.simulate.schedule`'s rule). Memory is left out and times are rounded down to ticks, so the
+model's bound bounds the module's plans, and where CP-SAT proves its optimum, that is the module's optimum.
+For each module: the batch bound diviml reports (`lower_bound`), `exact`'s plan, and this model's best plan
+(timed by the simulator) and bound. Prints a table and writes benchmarks/results/module_optimum.md.
+
+    python benchmarks/module_optimum.py                              # the committed table (about 7 minutes)
+    python benchmarks/module_optimum.py --modules resnet50:3:2 --limit 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from ortools.sat.python import cp_model
+
+import diviml
+from diviml.bounds import lower_bound
+from diviml.bounds._series import series_points
+from diviml.simulate import schedule
+
+sys.path.insert(0, str(Path(__file__).parent))
+from split_models import model_graph  # noqa: E402  (zoo graphs with batch tables 1-8, cached)
+
+OUT = Path(__file__).parent / "results" / "module_optimum.md"
+MODULES = ("resnet50:3:2", "resnet50:3:3", "resnet50:25:3", "googlenet:10:2", "inception_v3:20:2")
+TICKS = 200_000  # ticks in the starting plan's makespan: times rounded down to them lose at most 1/200,000 each
+
+Part = tuple[str, int, int, str]  # task, first sample, samples, device
+
+
+def module_problem(name: str, first: int, batch: int) -> diviml.Problem:
+    """The tasks of zoo model ``name`` from its ``first`` series point to the next, a batch on paper-server."""
+    graph, platform = model_graph(name), diviml.preset("paper-server")
+    order, _, series = series_points(diviml.Problem(graph, platform, diviml.Objective("batch", batch)))
+    points = [t for t in order if t in series]
+    ids = order[order.index(points[first]):order.index(points[first + 1]) + 1]
+    return diviml.Problem(graph.subgraph(ids, f"{name} module {first}"), platform, diviml.Objective("batch", batch))
+
+
+def every_cut_model(problem: diviml.Problem, tick: float, horizon: int, floor: int):
+    """The CP-SAT model of every batch plan of ``problem`` in ``tick``s: (model, makespan, parts), parts mapping
+    (task, first sample, samples, device) to (presence, start, duration)."""
+    graph, batch, model = problem.graph, problem.batch_size, cp_model.CpModel()
+    ticks = lambda seconds: int(math.floor(seconds / tick + 1e-9))  # noqa: E731  (rounded down: a bound)
+    parts: dict[Part, tuple] = {}
+    for t in graph.topological_order:  # phase 1: the parts, and each sample in one of them
+        for first in range(batch):
+            for size in range(1, batch - first + 1):
+                for d in problem.allowed_devices[t]:
+                    present = model.new_bool_var(f"present[{t},{first},{size},{d}]")
+                    start = model.new_int_var(0, horizon, f"start[{t},{first},{size},{d}]")
+                    duration = ticks(problem.time(t, d, size))
+                    interval = model.new_optional_fixed_size_interval_var(start, duration, present,
+                                                                          f"part[{t},{first},{size},{d}]")
+                    parts[t, first, size, d] = (present, start, duration, interval)
+        for sample in range(batch):
+            model.add_exactly_one(v[0] for (u, f, s, _), v in parts.items() if u == t and f <= sample < f + s)
+    for d in problem.platform.devices:  # phase 2: a device runs one part at a time
+        model.add_no_overlap(v[3] for key, v in parts.items() if key[3] == d.name)
+    of_task: dict[str, list[Part]] = {}
+    for key in parts:
+        of_task.setdefault(key[0], []).append(key)
+    for u, v in graph.edges:  # phase 3: a part waits for the producer parts whose rows it reads
+        for _, first, size, d in of_task[v]:
+            reader = parts[v, first, size, d]
+            for _, first_u, size_u, d_u in of_task[u]:
+                shared = min(first + size, first_u + size_u) - max(first, first_u)
+                if shared > 0:
+                    producer = parts[u, first_u, size_u, d_u]
+                    moved = ticks(problem.transfer(u, d_u, d, shared / graph.batch_size))
+                    model.add(reader[1] >= producer[1] + producer[2] + moved).only_enforce_if([reader[0], producer[0]])
+    makespan = model.new_int_var(floor, horizon, "makespan")  # phase 4: the makespan, from the bound up
+    for present, start, duration, _ in parts.values():
+        model.add(makespan >= start + duration).only_enforce_if(present)
+    model.minimize(makespan)
+    return model, makespan, parts
+
+
+def solve_every_cut(problem: diviml.Problem, start: diviml.Plan, floor: float, limit: float):
+    """(best plan's makespan as the simulator times it, proven bound, CP-SAT's status), in seconds; ``start``
+    (a valid plan) is the hint and sets the time scale, ``floor`` a known bound."""
+    tick = start.objective / TICKS
+    model, makespan, parts = every_cut_model(problem, tick, TICKS + 1, int(math.floor(floor / tick)))
+    jobs = schedule(problem, start.parts, start.device_order).jobs
+    for job in jobs:
+        model.add_hint(parts[job.task, job.offset, job.batch, job.device][1], int(job.start / tick))
+    used = {(j.task, j.offset, j.batch, j.device) for j in jobs}
+    for key, (present, *_) in parts.items():
+        model.add_hint(present, key in used)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = limit
+    solver.parameters.num_workers = os.cpu_count() or 1
+    status = solver.solve(model)
+    bound = max(solver.best_objective_bound * tick, floor)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return math.nan, bound, solver.status_name(status)
+    chosen = sorted((solver.value(v[1]), key) for key, v in parts.items() if solver.value(v[0]))
+    plan_parts = {t: sorted((k for _, k in chosen if k[0] == t), key=lambda k: k[1])
+                  for t in problem.graph.topological_order}
+    order: dict[str, list[tuple[str, int]]] = {d.name: [] for d in problem.platform.devices}
+    for _, key in chosen:
+        order[key[3]].append((key[0], plan_parts[key[0]].index(key)))
+    timed = schedule(problem, {t: [(k[3], k[2]) for k in ks] for t, ks in plan_parts.items()}, order).makespan
+    return timed, bound, solver.status_name(status).lower()
+
+
+def row(module: str, limit: float) -> str:
+    name, first, batch = module.split(":")
+    problem = module_problem(name, int(first), int(batch))
+    bound = lower_bound(problem, limit)
+    plan = diviml.solve(problem, "exact", time_limit=limit)
+    started = time.perf_counter()
+    best, proven, status = solve_every_cut(problem, plan, bound, limit)
+    us = 1e6
+    return (f"| {name} | {first} | {len(problem.graph)} | {batch} | {bound * us:.1f} | {plan.objective * us:.1f} | "
+            f"{best * us:.1f} | {proven * us:.1f} | {status} | {time.perf_counter() - started:.0f} | "
+            f"{100 * (1 - bound / proven):.1f}% | {100 * (plan.objective / min(best, plan.objective) - 1):.1f}% |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--modules", nargs="+", default=list(MODULES), help="model:series point:batch")
+    ap.add_argument("--limit", type=float, default=45.0, help="seconds for exact and for the model of every cut")
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args()
+    head = ("| model | from series point | tasks | batch | batch bound, us | exact's plan, us | every cut: best plan, us "
+            "| its bound, us | status | s | bound below the proven bound | exact's plan above the best |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(head)
+    rows = []
+    for module in args.modules:
+        rows.append(row(module, args.limit))
+        print(rows[-1], flush=True)
+    text = (f"# One module, every way to cut its tasks\n\n`python benchmarks/module_optimum.py --limit {args.limit:g}`"
+            f"\n\n{head}\n" + "\n".join(rows) + "\n\nA module: the tasks from a series point of the zoo model to the "
+            "next, alone, on paper-server; analytic costs. Batch bound: `lower_bound` (the LP bounds). Every cut: "
+            "the CP-SAT model of every batch plan (memory left out, times rounded down, so its bound is one), started "
+            "from exact's plan; where its status is optimal, its best plan is the module's optimum. Bound below the "
+            "proven bound: 1 - batch bound / that model's bound, how much of the gap is the bound's.\n")
+    Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
