@@ -10,7 +10,7 @@ model's bound bounds the module's plans, and where CP-SAT proves its optimum, th
 For each module: the batch bound diviml reports (`lower_bound`), `exact`'s plan, and this model's best plan
 (timed by the simulator) and bound. Prints a table and writes benchmarks/results/module_optimum.md.
 
-    python benchmarks/module_optimum.py                              # the committed table (about 7 minutes)
+    python benchmarks/module_optimum.py                              # the committed table (about 4 minutes)
     python benchmarks/module_optimum.py --modules resnet50:3:2 --limit 30
 """
 
@@ -135,20 +135,23 @@ def main() -> None:
     ap.add_argument("--limit", type=float, default=45.0, help="seconds for exact and for the model of every cut")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
-    head = ("| model | from series point | tasks | batch | batch bound, us | exact's plan, us | every cut: best plan, us "
-            "| its bound, us | status | s | bound below the proven bound | exact's plan above the best |\n"
+    head = ("| model | from series point | tasks | batch | batch bound, us | exact's plan, us | every cut: best "
+            "plan, us | its bound, us | status | s | bound below the proven bound | exact's plan above the best |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|---|")
     print(head)
     rows = []
     for module in args.modules:
         rows.append(row(module, args.limit))
         print(rows[-1], flush=True)
-    text = (f"# One module, every way to cut its tasks\n\n`python benchmarks/module_optimum.py --limit {args.limit:g}`"
-            f"\n\n{head}\n" + "\n".join(rows) + "\n\nA module: the tasks from a series point of the zoo model to the "
-            "next, alone, on paper-server; analytic costs. Batch bound: `lower_bound` (the LP bounds). Every cut: "
-            "the CP-SAT model of every batch plan (memory left out, times rounded down, so its bound is one), started "
-            "from exact's plan; where its status is optimal, its best plan is the module's optimum. Bound below the "
-            "proven bound: 1 - batch bound / that model's bound, how much of the gap is the bound's.\n")
+    command = f"python benchmarks/module_optimum.py --limit {args.limit:g}"
+    if args.modules != list(MODULES):
+        command += " --modules " + " ".join(args.modules)
+    text = (f"# One module, every way to cut its tasks\n\n`{command}`\n\n{head}\n" + "\n".join(rows)
+            + "\n\nA module: the tasks from a series point of the zoo model to the next, alone, on paper-server; "
+            "analytic costs. Batch bound: `lower_bound` (the LP bounds). Every cut: the CP-SAT model of every batch "
+            "plan (memory left out, times rounded down, so its bound is one), started from exact's plan; where its "
+            "status is optimal, its best plan is the module's optimum. Bound below the proven bound: 1 - batch "
+            "bound / that model's bound, how much of the gap is the bound's.\n")
     Path(args.out).write_text(text)
 
 
