@@ -6,7 +6,8 @@ every batch plan: for each task, each range of consecutive samples and each devi
 simulator's parts are such ranges); every sample of a task in exactly one part; each device running one part at
 a time; a part starting after every producer part it shares samples with has ended and its rows have moved
 (:func:`diviml.simulate.schedule`'s rule). Memory is left out and times are rounded down to ticks, so the
-model's bound bounds the module's plans, and where CP-SAT proves its optimum, that is the module's optimum.
+model's bound bounds the module's plans, and where CP-SAT proves its optimum, that is the module's optimum
+(paper-server's memory holds any module whole).
 For each module: the batch bound diviml reports (`lower_bound`), `exact`'s plan, and this model's best plan
 (timed by the simulator) and bound. Prints a table and writes benchmarks/results/module_optimum.md.
 
