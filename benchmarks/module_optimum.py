@@ -12,7 +12,7 @@ model's bound bounds the module's plans, and where CP-SAT proves its optimum, th
 bound that follows each sample (:func:`per_sample_bound`). Prints a table and writes
 benchmarks/results/module_optimum.md.
 
-    python benchmarks/module_optimum.py                              # the committed table (about 5 minutes)
+    python benchmarks/module_optimum.py                              # the committed table (about 7 minutes)
     python benchmarks/module_optimum.py --modules resnet50:3:2 --limit 30
 """
 
@@ -121,28 +121,34 @@ def solve_every_cut(problem: diviml.Problem, start: diviml.Plan, floor: float, l
     return timed, bound, solver.status_name(status).lower()
 
 
-def per_sample_bound(problem: diviml.Problem, seconds: float) -> float:
-    """A MILP bound (HiGHS, ``seconds``) that follows each sample: a 0/1 device for each sample at each task, a
-    whole number of parts of each size on each device (the device's work, at most the makespan), and each
-    sample's own path: at a task at least its least time there, and on an edge whose two ends it runs on
-    different devices at least one sample's rows moved. Memory is left out; every plan is such a solution."""
+def per_sample_bound(problem: diviml.Problem, seconds: float, sized: bool = False) -> float:
+    """A MILP bound (HiGHS, ``seconds``) that follows each sample: a 0/1 device for each sample at each task (and
+    part size, where ``sized``), a whole number of parts of each size on each device (the device's work, at most
+    the makespan), and each sample's own path: at a task at least its least time there (its part's time, where
+    ``sized``), and on an edge whose two ends it runs on different devices at least one sample's rows moved.
+    Memory is left out; every plan is such a solution."""
     graph, batch, rows = problem.graph, problem.batch_size, []
     cols: dict[tuple, int] = {}
     col = lambda *key: cols.setdefault(key, len(cols))  # noqa: E731
+    sizes = range(1, batch + 1)
+    # x keys: (sample, task, device, size) where sized, else (sample, task, device) for every size
+    on = (lambda s, t, d, k: ("x", s, t, d, k)) if sized else (lambda s, t, d, k: ("x", s, t, d))
+    keys = (lambda s, t, d: [on(s, t, d, k) for k in sizes]) if sized else (lambda s, t, d: [on(s, t, d, 1)])
     for t in graph.topological_order:
-        for d in problem.allowed_devices[t]:  # the parts on d hold the samples on d
-            rows.append(({**{col("m", t, d, k): float(k) for k in range(1, batch + 1)},
-                          **{col("x", s, t, d): -1.0 for s in range(batch)}}, 0.0, 0.0))
+        for d in problem.allowed_devices[t]:  # the parts on d (of size k, where sized) hold the samples there
+            for ks in ([[k] for k in sizes] if sized else [list(sizes)]):
+                rows.append(({**{col("m", t, d, k): float(k) for k in ks},
+                              **{col(*on(s, t, d, ks[0])): -1.0 for s in range(batch)}}, 0.0, 0.0))
         for s in range(batch):
-            rows.append(({col("x", s, t, d): 1.0 for d in problem.allowed_devices[t]}, 1.0, 1.0))
-            least = {col("x", s, t, d): -min(problem.time(t, d, k) for k in range(1, batch + 1))
-                     for d in problem.allowed_devices[t]}
+            rows.append(({col(*key): 1.0 for d in problem.allowed_devices[t] for key in keys(s, t, d)}, 1.0, 1.0))
+            least = {col(*on(s, t, d, k)): -(problem.time(t, d, k) if sized else min(problem.time(t, d, j)
+                                                                                      for j in sizes))
+                     for d in problem.allowed_devices[t] for k in (sizes if sized else [1])}
             rows.append(({col("time", s, t): 1.0, **least}, 0.0, np.inf))
             rows.append(({col("C"): 1.0, col("start", s, t): -1.0, col("time", s, t): -1.0}, 0.0, np.inf))
     for d in problem.platform.devices:  # each device's work
         rows.append(({**{col("m", t, d.name, k): problem.time(t, d.name, k) for t in graph.topological_order
-                         if d.name in problem.allowed_devices[t] for k in range(1, batch + 1)}, col("C"): -1.0},
-                     -np.inf, 0.0))
+                         if d.name in problem.allowed_devices[t] for k in sizes}, col("C"): -1.0}, -np.inf, 0.0))
     for u, v in graph.edges:  # each sample's path, a crossing paying one sample's rows
         for s in range(batch):
             after = {col("start", s, v): 1.0, col("start", s, u): -1.0, col("time", s, u): -1.0}
@@ -151,7 +157,7 @@ def per_sample_bound(problem: diviml.Problem, seconds: float) -> float:
                 for d_v in problem.allowed_devices[v]:
                     moved = problem.transfer(u, d_u, d_v, 1 / graph.batch_size) if d_u != d_v else 0.0
                     if moved > 0:  # both ends' devices chosen: after + moved; else a bound of at most after
-                        ends = {col("x", s, u, d_u): -moved, col("x", s, v, d_v): -moved}
+                        ends = {col(*key): -moved for key in keys(s, u, d_u) + keys(s, v, d_v)}
                         rows.append(({**after, **ends}, -moved, np.inf))
     n = len(cols)
     matrix = csr_matrix(([x for r, _, _ in rows for x in r.values()],
@@ -176,11 +182,13 @@ def row(module: str, limit: float) -> str:
     best, proven, status = solve_every_cut(problem, plan, bound, limit)
     every_s, started = time.perf_counter() - started, time.perf_counter()
     by_sample = per_sample_bound(problem, limit)
+    sample_s, started = time.perf_counter() - started, time.perf_counter()
+    sized = per_sample_bound(problem, limit, sized=True)
     us = 1e6
     return (f"| {name} | {first} | {len(problem.graph)} | {batch} | {bound * us:.1f} | {plan.objective * us:.1f} | "
             f"{best * us:.1f} | {proven * us:.1f} | {status} | {every_s:.0f} | "
             f"{100 * (1 - bound / proven):.1f}% | {100 * (plan.objective / min(best, plan.objective) - 1):.1f}% | "
-            f"{by_sample * us:.1f} | {time.perf_counter() - started:.0f} |")
+            f"{by_sample * us:.1f} | {sample_s:.0f} | {sized * us:.1f} | {time.perf_counter() - started:.0f} |")
 
 
 def main() -> None:
@@ -191,7 +199,8 @@ def main() -> None:
     args = ap.parse_args()
     head = ("| model | from series point | tasks | batch | batch bound, us | exact's plan, us | every cut: best "
             "plan, us | its bound, us | status | s | bound below the proven bound | exact's plan above the best "
-            "| per-sample MILP bound, us | s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+            "| per-sample MILP bound, us | s | the same, paths at part sizes, us | s |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print(head)
     rows = []
     for module in args.modules:
@@ -206,7 +215,8 @@ def main() -> None:
             "plan (memory left out, times rounded down, so its bound is one), started from exact's plan; where its "
             "status is optimal, its best plan is the module's optimum. Bound below the proven bound: 1 - batch "
             "bound / that model's bound, how much of the gap is the bound's. Per-sample MILP bound: "
-            "`per_sample_bound` (HiGHS's proven bound in the same time).\n")
+            "`per_sample_bound` (HiGHS's proven bound in the same time); paths at part sizes: its `sized` form, each "
+            "sample's time at a task its part's.\n")
     Path(args.out).write_text(text)
 
 
