@@ -28,11 +28,12 @@ from pathlib import Path
 import numpy as np
 from ortools.sat.python import cp_model
 from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import csr_matrix
 
 import diviml
 from diviml.bounds import lower_bound
+from diviml.bounds._lp import _Sparse, _unit
 from diviml.bounds._series import series_points
+from diviml.native import native_output_discarded
 from diviml.simulate import schedule
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -61,6 +62,7 @@ def every_cut_model(problem: diviml.Problem, tick: float, horizon: int, floor: i
     ticks = lambda seconds: int(math.floor(seconds / tick + 1e-9))  # noqa: E731  (rounded down: a bound)
     parts: dict[Part, tuple] = {}
     for t in graph.topological_order:  # phase 1: the parts, and each sample in one of them
+        own: list[Part] = []
         for first in range(batch):
             for size in range(1, batch - first + 1):
                 for d in problem.allowed_devices[t]:
@@ -70,8 +72,9 @@ def every_cut_model(problem: diviml.Problem, tick: float, horizon: int, floor: i
                     interval = model.new_optional_fixed_size_interval_var(start, duration, present,
                                                                           f"part[{t},{first},{size},{d}]")
                     parts[t, first, size, d] = (present, start, duration, interval)
+                    own.append((t, first, size, d))
         for sample in range(batch):
-            model.add_exactly_one(v[0] for (u, f, s, _), v in parts.items() if u == t and f <= sample < f + s)
+            model.add_exactly_one(parts[key][0] for key in own if key[1] <= sample < key[1] + key[2])
     for d in problem.platform.devices:  # phase 2: a device runs one part at a time
         model.add_no_overlap(v[3] for key, v in parts.items() if key[3] == d.name)
     of_task: dict[str, list[Part]] = {}
@@ -126,8 +129,11 @@ def per_sample_bound(problem: diviml.Problem, seconds: float, sized: bool = Fals
     part size, where ``sized``), a whole number of parts of each size on each device (the device's work, at most
     the makespan), and each sample's own path: at a task at least its least time there (its part's time, where
     ``sized``), and on an edge whose two ends it runs on different devices at least one sample's rows moved.
-    Memory is left out; every plan is such a solution."""
+    Memory is left out; every plan is such a solution. Times are scaled as the LP bounds scale them (``_unit``),
+    away from HiGHS's tolerances."""
     graph, batch, rows = problem.graph, problem.batch_size, []
+    unit = _unit({t: {d: problem.time(t, d, 1) for d in problem.allowed_devices[t]} for t in graph.topological_order})
+    time_of = lambda t, d, k: unit * problem.time(t, d, k)  # noqa: E731
     cols: dict[tuple, int] = {}
     col = lambda *key: cols.setdefault(key, len(cols))  # noqa: E731
     sizes = range(1, batch + 1)
@@ -139,15 +145,15 @@ def per_sample_bound(problem: diviml.Problem, seconds: float, sized: bool = Fals
             for ks in ([[k] for k in sizes] if sized else [list(sizes)]):
                 rows.append(({**{col("m", t, d, k): float(k) for k in ks},
                               **{col(*on(s, t, d, ks[0])): -1.0 for s in range(batch)}}, 0.0, 0.0))
+        least = {(d, k): time_of(t, d, k) if sized else min(time_of(t, d, j) for j in sizes)
+                 for d in problem.allowed_devices[t] for k in (sizes if sized else [1])}
         for s in range(batch):
             rows.append(({col(*key): 1.0 for d in problem.allowed_devices[t] for key in keys(s, t, d)}, 1.0, 1.0))
-            least = {col(*on(s, t, d, k)): -(problem.time(t, d, k) if sized else min(problem.time(t, d, j)
-                                                                                      for j in sizes))
-                     for d in problem.allowed_devices[t] for k in (sizes if sized else [1])}
-            rows.append(({col("time", s, t): 1.0, **least}, 0.0, np.inf))
+            rows.append(({col("time", s, t): 1.0, **{col(*on(s, t, d, k)): -x for (d, k), x in least.items()}},
+                         0.0, np.inf))
             rows.append(({col("C"): 1.0, col("start", s, t): -1.0, col("time", s, t): -1.0}, 0.0, np.inf))
     for d in problem.platform.devices:  # each device's work
-        rows.append(({**{col("m", t, d.name, k): problem.time(t, d.name, k) for t in graph.topological_order
+        rows.append(({**{col("m", t, d.name, k): time_of(t, d.name, k) for t in graph.topological_order
                          if d.name in problem.allowed_devices[t] for k in sizes}, col("C"): -1.0}, -np.inf, 0.0))
     for u, v in graph.edges:  # each sample's path, a crossing paying one sample's rows
         for s in range(batch):
@@ -155,22 +161,24 @@ def per_sample_bound(problem: diviml.Problem, seconds: float, sized: bool = Fals
             rows.append((after, 0.0, np.inf))
             for d_u in problem.allowed_devices[u]:
                 for d_v in problem.allowed_devices[v]:
-                    moved = problem.transfer(u, d_u, d_v, 1 / graph.batch_size) if d_u != d_v else 0.0
+                    moved = unit * problem.transfer(u, d_u, d_v, 1 / graph.batch_size) if d_u != d_v else 0.0
                     if moved > 0:  # both ends' devices chosen: after + moved; else a bound of at most after
                         ends = {col(*key): -moved for key in keys(s, u, d_u) + keys(s, v, d_v)}
                         rows.append(({**after, **ends}, -moved, np.inf))
-    n = len(cols)
-    matrix = csr_matrix(([x for r, _, _ in rows for x in r.values()],
-                         ([i for i, (r, _, _) in enumerate(rows) for _ in r], [j for r, _, _ in rows for j in r])),
-                        shape=(len(rows), n))
+    n, matrix = len(cols), _Sparse()
+    for i, (coefficients, _, _) in enumerate(rows):
+        for j, x in coefficients.items():
+            matrix.add(i, j, x)
     cost, integral, upper = np.zeros(n), np.zeros(n), np.full(n, np.inf)
     cost[cols["C",]] = 1.0
     for key, j in cols.items():
         integral[j] = key[0] in ("x", "m")
         upper[j] = 1.0 if key[0] == "x" else np.inf
-    result = milp(cost, constraints=LinearConstraint(matrix, [lo for _, lo, _ in rows], [hi for _, _, hi in rows]),
-                  integrality=integral, bounds=Bounds(0, upper), options={"time_limit": seconds, "disp": False})
-    return result.mip_dual_bound if result.mip_dual_bound is not None else 0.0
+    with native_output_discarded():  # HiGHS's MILP prints a line now and then as it mends a solution
+        result = milp(cost, constraints=LinearConstraint(matrix.matrix(len(rows), n), [lo for _, lo, _ in rows],
+                                                         [hi for _, _, hi in rows]),
+                      integrality=integral, bounds=Bounds(0, upper), options={"time_limit": seconds, "disp": False})
+    return result.mip_dual_bound / unit if result.mip_dual_bound is not None else 0.0
 
 
 def row(module: str, limit: float) -> str:
