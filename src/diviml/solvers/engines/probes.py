@@ -10,6 +10,12 @@ plan. Cutoffs rise from the bound in steps of :data:`FIRST_STEP` of the gap, eac
 left: a proof takes about three times longer with each step, so a probe cut short leaves too little time for
 a smaller step to add much (giving each probe half the time, then halving the step, proved less on the
 48-task DAG: 3.3% against 2.6%; doubling the step after a quick proof jumped to cutoffs not proven in time).
+
+A probe proves by search, so on two workers both search the whole model (:data:`PORTFOLIO`), one with CP-SAT's
+LP at level 1 and one with none. CP-SAT's own choice for two (its LP at level 2, the other worker on
+neighbourhoods of a schedule, which cannot prove a cutoff out) left six of the seven 48-64-task DAGs of
+``benchmarks/results/random_bounds.md`` open at 30 s (2.3-6.5%); this proved two of those six in each of two
+runs and left the others at 1.4-2.9%, 3.5-3.6% and 5.4-6.6% (README, Design).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from .outcome import Outcome
 
 FIRST_STEP = 1 / 8  # of the gap between bound and incumbent at the start: each cutoff's distance above the last
 LEAST_PROBE_S = 0.05  # no probe is started with less time than this
+PORTFOLIO = ("default_lp", "no_lp")  # CP-SAT's subsolvers for a probe on two workers, both on the whole model
 
 
 def probe(jobs: JobGraph, found: Outcome, *, upper: float, time_limit: float, resolution: int = 10_000_000,
@@ -47,7 +54,7 @@ def probe(jobs: JobGraph, found: Outcome, *, upper: float, time_limit: float, re
             break
         began = time.perf_counter()
         out = solve_jobs(jobs, upper=upper, time_limit=left, resolution=resolution, cutoff=cutoff, first_only=True,
-                         floor=lower, **model)
+                         floor=lower, portfolio=PORTFOLIO, **model)
         probes += 1
         met = out.objective if out.device_of is not None else None  # a schedule's makespan, by the cutoff
         if progress:
