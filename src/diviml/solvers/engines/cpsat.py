@@ -93,8 +93,19 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     _cuts(m, v, makespan, ticks, cuts)
     if hint is not None:
         _hint(m, jobs, v, ticks, hint)
+    solver = _solver(seconds_for(m, time_limit - (time.perf_counter() - began)), seed=seed, workers=workers,
+                     small=small, first_only=first_only, work_limit=work_limit, portfolio=portfolio)
+    callback = Progress(progress, tick, on_incumbent) if (progress or on_incumbent) else None
+    code = solver.solve(m, callback) if callback else solver.solve(m)
+    return _outcome(jobs, solver, code, v, tick, makespan)
+
+
+def _solver(seconds: float, *, seed: int, workers: int | None, small: bool, first_only: bool,
+            work_limit: float | None, portfolio: Sequence[str]) -> cp_model.CpSolver:
+    """CP-SAT with :func:`solve_jobs`'s parameters: ``workers`` (default one a core), the LP's level and
+    presolve by the model's size, and the ``portfolio`` of full-model workers where it has one per worker."""
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = seconds_for(m, time_limit - (time.perf_counter() - began))
+    solver.parameters.max_time_in_seconds = seconds
     solver.parameters.random_seed = seed
     solver.parameters.num_workers = workers or max(os.cpu_count() or 1, 1)
     solver.parameters.linearization_level = 0 if small else 2
@@ -106,9 +117,7 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
         solver.parameters.num_full_subsolvers = len(portfolio)
     if work_limit is not None:
         solver.parameters.max_deterministic_time = max(work_limit, 0.0) * WORK_PER_SECOND
-    callback = Progress(progress, tick, on_incumbent) if (progress or on_incumbent) else None
-    code = solver.solve(m, callback) if callback else solver.solve(m)
-    return _outcome(jobs, solver, code, v, tick, makespan)
+    return solver
 
 
 @dataclass(frozen=True)
