@@ -30,13 +30,14 @@ def _first_schedule(problem: Problem):
     return jobs, upper, replace(first, status="timeout", bound=0.0)
 
 
+@pytest.mark.parametrize("workers", [1, 2])  # two: both on the whole model (the portfolio); one: CP-SAT's own
 @pytest.mark.parametrize("seed", range(4))
-def test_probing_from_a_first_schedule_and_no_bound_proves_the_optimum(seed):
+def test_probing_from_a_first_schedule_and_no_bound_proves_the_optimum(seed, workers):
     problem = _problem(12, seed)
     jobs, upper, first = _first_schedule(problem)
     optimum = solve_jobs(jobs, upper=upper, time_limit=30)
     assert optimum.status == "optimal"
-    out = probe(jobs, first, upper=upper, time_limit=30)
+    out = probe(jobs, first, upper=upper, time_limit=30, workers=workers)
     assert out.status == "optimal"
     assert out.objective == pytest.approx(optimum.objective, rel=1e-6)
     assert out.bound <= optimum.objective * (1 + 1e-9) and out.bound == pytest.approx(optimum.objective, rel=1e-5)
