@@ -15,7 +15,8 @@ A probe proves by search, so on two workers both search the whole model (:data:`
 LP at level 1 and one with none. CP-SAT's own choice for two (its LP at level 2, the other worker on
 neighbourhoods of a schedule, which cannot prove a cutoff out) left six of the seven 48-64-task DAGs of
 ``benchmarks/results/random_bounds.md`` open at 30 s (2.3-6.5%); this proved two of those six in each of two
-runs and left the others at 1.4-2.9%, 3.5-3.6% and 5.4-6.6% (README, Design).
+runs, and over four runs left the others at 1.4-2.1%, 2.5-3.6%, 2.8-3.7% and 5.4-6.9%, where the LP at level 2
+beside none left them at 1.4-2.1%, 2.5-3.5%, 3.4-3.8% and 6.5-6.7% over three (README, Design).
 """
 
 from __future__ import annotations
