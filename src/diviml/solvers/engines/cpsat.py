@@ -65,8 +65,9 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
     proven elsewhere (the problem's, or a cutoff :mod:`.probes` proved out), so that the model's bound starts there; ``cuts``: rows
     every latency schedule meets (:func:`...bounds.energetic_cuts`, on the whole batch's jobs), added so that
     CP-SAT's relaxation starts near the LP's.
-    ``portfolio``: CP-SAT's subsolvers by name, each of them a worker on the whole model at linearization level
-    1, where the workers are as many (:data:`.probes.PORTFOLIO`); otherwise CP-SAT chooses.
+    ``portfolio``: CP-SAT's subsolvers by name (:data:`.probes.PORTFOLIO`), where there are at most as many
+    workers: the first of them, one a worker, each on the whole model, with the LP at level 1 where they ask
+    for the default; with more workers, CP-SAT chooses.
     Whole graphs gain from linearization level 2 (stronger bounds). ``small`` (MILP-SPLIT's modules of
     10-30 jobs) turns linearization and presolve off: measured 5-14x faster there, optima unchanged."""
     began = time.perf_counter()  # building the model counts against the limit too (20,000 tasks: seconds)
@@ -103,7 +104,7 @@ def solve_jobs(jobs: JobGraph, *, upper: float, time_limit: float, seed: int = 0
 def _solver(seconds: float, *, seed: int, workers: int | None, small: bool, first_only: bool,
             work_limit: float | None, portfolio: Sequence[str]) -> cp_model.CpSolver:
     """CP-SAT with :func:`solve_jobs`'s parameters: ``workers`` (default one a core), the LP's level and
-    presolve by the model's size, and the ``portfolio`` of full-model workers where it has one per worker."""
+    presolve by the model's size, and the ``portfolio``'s full-model workers where it has enough."""
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = seconds
     solver.parameters.random_seed = seed
@@ -111,10 +112,11 @@ def _solver(seconds: float, *, seed: int, workers: int | None, small: bool, firs
     solver.parameters.linearization_level = 0 if small else 2
     solver.parameters.cp_model_presolve = not small
     solver.parameters.stop_after_first_solution = first_only
-    if len(portfolio) == solver.parameters.num_workers > 1:
+    if 0 < solver.parameters.num_workers <= len(portfolio):  # one worker: the first's LP level, no portfolio
         solver.parameters.linearization_level = 1
-        solver.parameters.subsolvers.extend(portfolio)
-        solver.parameters.num_full_subsolvers = len(portfolio)
+        if solver.parameters.num_workers > 1:
+            solver.parameters.subsolvers.extend(portfolio[:solver.parameters.num_workers])
+            solver.parameters.num_full_subsolvers = solver.parameters.num_workers
     if work_limit is not None:
         solver.parameters.max_deterministic_time = max(work_limit, 0.0) * WORK_PER_SECOND
     return solver

@@ -12,7 +12,8 @@ a smaller step to add much (giving each probe half the time, then halving the st
 48-task DAG: 3.3% against 2.6%; doubling the step after a quick proof jumped to cutoffs not proven in time).
 
 A probe proves by search, so on two workers both search the whole model (:data:`PORTFOLIO`), one with CP-SAT's
-LP at level 1 and one with none. CP-SAT's own choice for two (its LP at level 2, the other worker on
+LP at level 1 and one with none; one worker has the LP at level 1 (single cutoffs on the seven DAGs below:
+7.3-25 s, where level 2 took 4.6-37 s and left one undecided in 40 s). CP-SAT's own choice for two (its LP at level 2, the other worker on
 neighbourhoods of a schedule, which cannot prove a cutoff out) left six of the seven 48-64-task DAGs of
 ``benchmarks/results/random_bounds.md`` open at 30 s (2.3-6.5%); this proved two of those six in each of two
 runs, and over four runs left the others at 1.4-2.1%, 2.5-3.6%, 2.8-3.7% and 5.4-6.9%, where the LP at level 2
@@ -31,7 +32,7 @@ from .outcome import Outcome
 
 FIRST_STEP = 1 / 8  # of the gap between bound and incumbent at the start: each cutoff's distance above the last
 LEAST_PROBE_S = 0.05  # no probe is started with less time than this
-PORTFOLIO = ("default_lp", "no_lp")  # CP-SAT's subsolvers for a probe on two workers, both on the whole model
+PORTFOLIO = ("default_lp", "no_lp")  # CP-SAT's subsolvers for a probe, one a worker (up to two), on the whole model
 
 
 def probe(jobs: JobGraph, found: Outcome, *, upper: float, time_limit: float, resolution: int = 10_000_000,
