@@ -30,7 +30,7 @@ def _first_schedule(problem: Problem):
     return jobs, upper, replace(first, status="timeout", bound=0.0)
 
 
-@pytest.mark.parametrize("workers", [1, 2])  # two: both on the whole model (the portfolio); one: CP-SAT's own
+@pytest.mark.parametrize("workers", [1, 2])  # two: both subsolvers of the portfolio; one: the LP at level 1
 @pytest.mark.parametrize("seed", range(4))
 def test_probing_from_a_first_schedule_and_no_bound_proves_the_optimum(seed, workers):
     problem = _problem(12, seed)
