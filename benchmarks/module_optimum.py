@@ -36,6 +36,7 @@ from diviml.bounds._lp import _Sparse, _unit
 from diviml.bounds._series import series_points
 from diviml.native import native_output_discarded
 from diviml.simulate import schedule
+from diviml.solvers.engines.cpsat import _solver as cpsat_solver
 from diviml.solvers.engines.probes import PORTFOLIO
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -113,16 +114,13 @@ def solve_every_cut(problem: diviml.Problem, start: diviml.Plan, floor: float, l
     used = {(j.task, j.offset, j.batch, j.device) for j in jobs}
     for key, (present, *_) in parts.items():
         model.add_hint(present, key in used)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = limit
-    solver.parameters.num_workers = os.cpu_count() or 1
-    if cutoff is not None:  # a feasibility test, searched as diviml's own probes do (engines/probes.PORTFOLIO)
-        solver.parameters.num_workers = min(solver.parameters.num_workers, len(PORTFOLIO))
-        solver.parameters.linearization_level = 1
-        if solver.parameters.num_workers > 1:
-            solver.parameters.subsolvers.extend(PORTFOLIO)
-            solver.parameters.num_full_subsolvers = len(PORTFOLIO)
-        solver.parameters.stop_after_first_solution = True
+    if cutoff is None:
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = limit
+        solver.parameters.num_workers = os.cpu_count() or 1
+    else:  # a feasibility test, with the workers and parameters of diviml's own probes (CP-SAT's default seed)
+        solver = cpsat_solver(limit, seed=1, workers=min(os.cpu_count() or 1, len(PORTFOLIO)), small=False,
+                              first_only=True, work_limit=None, portfolio=PORTFOLIO)
     status = solver.solve(model)
     if status == cp_model.INFEASIBLE:
         return math.nan, cutoff, "infeasible"
@@ -152,7 +150,8 @@ def probe_every_cut(problem: diviml.Problem, start: diviml.Plan, floor: float, i
         if status == "infeasible":
             lower = cutoff
         elif math.isfinite(met):
-            best, step = min(best, met), min(step, (min(best, met) - lower) / 2)
+            best = min(best, met)
+            step = min(step, (best - lower) / 2)
         else:
             break
     return lower, best, time.perf_counter() - began
@@ -233,7 +232,7 @@ def row(module: str, limit: float, probe_limit: float) -> str:
     us = 1e6
     return (f"| {name} | {first} | {len(problem.graph)} | {batch} | {bound * us:.1f} | {plan.objective * us:.1f} | "
             f"{best * us:.1f} | {proven * us:.1f} | {status} | {every_s:.0f} | {probe_s:.0f} | "
-            f"{100 * (1 - bound / proven):.1f}% | {100 * (plan.objective / min(best, plan.objective) - 1):.1f}% | "
+            f"{100 * (1 - bound / proven):.1f}% | {100 * (plan.objective / best - 1):.1f}% | "
             f"{by_sample * us:.1f} | {sample_s:.0f} | {sized * us:.1f} | {time.perf_counter() - started:.0f} |")
 
 
