@@ -11,13 +11,13 @@ left: a proof takes about three times longer with each step, so a probe cut shor
 a smaller step to add much (giving each probe half the time, then halving the step, proved less on the
 48-task DAG: 3.3% against 2.6%; doubling the step after a quick proof jumped to cutoffs not proven in time).
 
-A probe proves by search, so on two workers both search the whole model (:data:`PORTFOLIO`), one with CP-SAT's
-LP at level 1 and one with none; one worker has the LP at level 1 (single cutoffs on the seven DAGs below:
-7.3-25 s, where level 2 took 4.6-37 s and left one undecided in 40 s). CP-SAT's own choice for two (its LP at
-level 2, the other worker on neighbourhoods of a schedule, which cannot prove a cutoff out) left six of the seven 48-64-task DAGs of
-``benchmarks/results/random_bounds.md`` open at 30 s (2.3-6.5%); this proved two of those six in each of two
-runs, and over four runs left the others at 1.4-2.1%, 2.5-3.6%, 2.8-3.7% and 5.4-6.9%, where the LP at level 2
-beside none left them at 1.4-2.1%, 2.5-3.5%, 3.4-3.8% and 6.5-6.7% over three (README, Design).
+A probe proves by search, so on two workers both search the whole model (:data:`PORTFOLIO`), one with CP-SAT's LP at
+level 1 and one with none; one worker has the LP at level 1 (single cutoffs on the seven DAGs below: 7.3-25 s, where
+level 2 took 4.6-37 s and left one undecided in 40 s). CP-SAT's own choice for two (its LP at level 2, the other
+worker on neighbourhoods of a schedule, which cannot prove a cutoff out) left six of the seven 48-64-task DAGs of
+``benchmarks/results/random_bounds.md`` open at 30 s (2.3-6.5%); this proved two of those six in each of two runs,
+and over four runs left the others at 1.4-2.1%, 2.5-3.6%, 2.8-3.7% and 5.4-6.9%, where the LP at level 2 beside none
+left them at 1.4-2.1%, 2.5-3.5%, 3.4-3.8% and 6.5-6.7% over three (README, Design).
 """
 
 from __future__ import annotations
