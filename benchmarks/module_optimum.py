@@ -1,7 +1,7 @@
 """Benchmark: is a batch gap the bound's or the plan's? One module, every way to cut its tasks, solved exactly.
 
 The batch gap on the zoo is already there in one module: the tasks from one series point to the next, as a
-problem of their own (README, Design, "Batch bounds"). Such a module is small enough for a CP-SAT model of
+problem of their own (`docs/bounds-research.md`, "Batches"). Such a module is small enough for a CP-SAT model of
 every batch plan: for each task, each range of consecutive samples and each device, an optional part (the
 simulator's parts are such ranges); every sample of a task in exactly one part; each device running one part at
 a time; a part starting after every producer part it shares samples with has ended and its rows have moved

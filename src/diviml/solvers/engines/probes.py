@@ -17,7 +17,7 @@ level 2 took 4.6-37 s and left one undecided in 40 s). CP-SAT's own choice for t
 worker on neighbourhoods of a schedule, which cannot prove a cutoff out) left six of the seven 48-64-task DAGs of
 ``benchmarks/results/random_bounds.md`` open at 30 s (2.3-6.5%); this proved two of those six in each of two runs,
 and over four runs left the others at 1.4-2.1%, 2.5-3.6%, 2.8-3.7% and 5.4-6.9%, where the LP at level 2 beside none
-left them at 1.4-2.1%, 2.5-3.5%, 3.4-3.8% and 6.5-6.7% over three (README, Design).
+left them at 1.4-2.1%, 2.5-3.5%, 3.4-3.8% and 6.5-6.7% over three (`docs/bounds-research.md`).
 """
 
 from __future__ import annotations
