@@ -1,6 +1,9 @@
 """The rows that strengthen the batch LP (two parts unless whole, chain overlap, part configurations, transfers
 per device pair): never above the true optimum, and above the plain LP where plans would average devices."""
 
+import itertools
+from time import perf_counter
+
 import pytest
 from test_batch import brute_force_optimum, random_batch_problem
 
@@ -8,7 +11,7 @@ import diviml
 from diviml import Objective, Problem
 from diviml.bounds import batch_path_work_bound
 from diviml.bounds._batch import batch_path_work_lp
-from diviml.bounds._batch_rows import chain_cover
+from diviml.bounds._batch_rows import CONFIGURATIONS_UP_TO, chain_cover, configurations
 from diviml.bounds._lp import _least_makespan
 from diviml.generators import layered_dag
 
@@ -59,8 +62,6 @@ def test_the_chain_cover_starts_with_the_heaviest_path_and_covers_every_task():
 
 
 def test_graphs_over_the_size_limit_and_builds_past_their_deadline_get_no_rows(monkeypatch):
-    from time import perf_counter
-
     from diviml.bounds import _batch_rows
     problem = Problem(layered_dag(10, seed=0), diviml.preset("paper-server"), Objective("batch", batch_size=4))
     assert batch_path_work_lp(problem, perf_counter() + 60, strengthened=True) is not None
@@ -68,3 +69,23 @@ def test_graphs_over_the_size_limit_and_builds_past_their_deadline_get_no_rows(m
     monkeypatch.setattr(_batch_rows, "TASKS_UP_TO", 9)
     assert batch_path_work_lp(problem, None, strengthened=True) is None
     assert batch_path_work_bound(problem) == pytest.approx(_least_makespan(batch_path_work_lp(problem, None), None))
+
+
+@pytest.mark.parametrize("devices, n", [(1, 4), (3, 8), (4, 5), (6, 3)])
+def test_the_configurations_are_every_vector_of_part_sizes_within_the_batch(devices, n):
+    every = [c for c in itertools.product(range(n + 1), repeat=devices) if 0 < sum(c) <= n]
+    assert configurations(devices, n, most=len(every)) == every
+    assert configurations(devices, n, most=len(every) - 1) is None
+
+
+def test_many_devices_get_no_configuration_rows_and_the_bound_keeps_its_time():
+    # 18 devices (two servers of a CPU and eight A100s) at a batch of 4: 7,314 configurations, over the cap; finding
+    # that by walking every size on every device once took 40 s inside a 3 s solve (edge_cases, large seed 6800)
+    platform = diviml.preset("a100-ib-2x8")
+    types = tuple(sorted({d.type for d in platform.devices}, key=lambda t: t != "cpu"))
+    problem = Problem(layered_dag(30, seed=0, device_types=types), platform, Objective("batch", batch_size=4))
+    assert configurations(len(platform.devices), 4) is None and CONFIGURATIONS_UP_TO < 7_314
+    started = perf_counter()
+    bound = batch_path_work_bound(problem, time_limit=2.0)
+    assert perf_counter() - started < 2.0 + 3.0  # its time limit, and slack for a loaded machine
+    assert 0 < bound <= diviml.solve(problem, "heft", time_limit=5).objective

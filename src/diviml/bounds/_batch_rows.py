@@ -21,7 +21,7 @@ On the zoo at a batch of 8 on paper-server they lift the LP 0.5-5% (googlenet 1.
 
 from __future__ import annotations
 
-import itertools
+import math
 from functools import partial
 from time import perf_counter
 
@@ -30,7 +30,7 @@ import networkx as nx
 from ..problem import Problem
 from ._lp import _KeyedLP
 
-__all__ = ["strengthen", "chain_cover"]
+__all__ = ["strengthen", "chain_cover", "configurations"]
 
 CHAINS = 12  # at most this many chains in the cover
 TASKS_UP_TO = 1_000  # larger graphs get no rows: building the chain overlap takes time quadratic in the tasks
@@ -134,15 +134,39 @@ def _chain_overlap(problem: Problem, lp: _KeyedLP, on_device: dict, n: int, chai
             lp.ub(row)
 
 
+def configurations(devices: int, n: int, most: int = CONFIGURATIONS_UP_TO) -> list[tuple[int, ...]] | None:
+    """Every configuration of part sizes, a size or none (0) per device with at most ``n`` in all and some part,
+    in lexicographic order; None where there are more than ``most`` (there are ``C(devices + n, n) - 1``, counted
+    before any is made: 18 devices at a batch of 4 have 7,314, which a walk over every size on every device took
+    40 s to find more than 2,000 of).
+
+    >>> configurations(2, 2)
+    [(0, 1), (0, 2), (1, 0), (1, 1), (2, 0)]
+    >>> configurations(18, 4) is None
+    True
+    """
+    if math.comb(devices + n, n) - 1 > most:
+        return None
+    out: list[tuple[int, ...]] = []
+
+    def extend(prefix: tuple[int, ...], left: int) -> None:
+        if len(prefix) == devices:
+            if left < n:
+                out.append(prefix)
+            return
+        for b in range(left + 1):
+            extend(prefix + (b,), left - b)
+
+    extend((), n)
+    return out
+
+
 def _configurations(problem: Problem, lp: _KeyedLP, on_device: dict, n: int, chains: list[list[str]]) -> None:
     """Per chain: time in each configuration of part sizes (a size or none per device, at most n in all)."""
     devices = [d.name for d in problem.platform.devices]
-    configs = []
-    for combo in itertools.product(range(n + 1), repeat=len(devices)):  # 0: no part of the chain
-        if 0 < sum(combo) <= n:
-            configs.append(combo)
-            if len(configs) > CONFIGURATIONS_UP_TO:
-                return
+    configs = configurations(len(devices), n)
+    if configs is None:
+        return
     for c, chain in enumerate(chains):
         for k in range(len(configs)):
             lp.col(("Z", c, k))
