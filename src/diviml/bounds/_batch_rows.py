@@ -147,18 +147,10 @@ def configurations(devices: int, n: int, most: int = CONFIGURATIONS_UP_TO) -> li
     """
     if math.comb(devices + n, n) - 1 > most:
         return None
-    out: list[tuple[int, ...]] = []
-
-    def extend(prefix: tuple[int, ...], left: int) -> None:
-        if len(prefix) == devices:
-            if left < n:
-                out.append(prefix)
-            return
-        for b in range(left + 1):
-            extend(prefix + (b,), left - b)
-
-    extend((), n)
-    return out
+    prefixes: list[tuple[int, ...]] = [()]  # device by device, each prefix within n (never more than the answer)
+    for _ in range(devices):
+        prefixes = [p + (b,) for p in prefixes for b in range(n - sum(p) + 1)]
+    return prefixes[1:]  # the first is all zeros: no part
 
 
 def _configurations(problem: Problem, lp: _KeyedLP, on_device: dict, n: int, chains: list[list[str]]) -> None:
