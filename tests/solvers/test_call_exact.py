@@ -104,3 +104,41 @@ def test_the_host_holds_no_more_than_its_memory():
     plan = diviml.solve(problem, "call-exact", time_limit=20)
     assert diviml.validate(plan, problem).ok and plan.status == "optimal"
     assert plan.objective == pytest.approx(_brute_force(problem), rel=1e-5)
+
+
+def test_tasks_go_to_a_slower_host_when_the_fastest_one_is_full():
+    # the fast host holds one task's weights; the others must run on the slow host or on the accelerator. The
+    # model once ran every host task on its fastest host and, with no baseline fitting, refused the problem
+    tasks = [Task(f"t{i}", {"fast": 1.0, "slow": 2.0, "acc": 5.0}, output_bytes=1.0, memory_bytes=2e9)
+             for i in range(5)]
+    edges = [("t0", "t1"), ("t0", "t2"), ("t0", "t3"), ("t1", "t4"), ("t2", "t4"), ("t3", "t4")]
+    platform = Platform((Device("fast", "fast", 3e9, is_host=True), Device("slow", "slow", 1e12, is_host=True),
+                         Device("acc", "acc", 3e9, link=Link(1.0, 0.0))))
+    problem = _problem(TaskGraph.create(tasks, edges), platform)
+    plan = diviml.solve(problem, "call-exact", time_limit=20)
+    assert diviml.validate(plan, problem).ok and plan.status == "optimal"
+    assert plan.objective == pytest.approx(_brute_force(problem), rel=1e-5)
+    assert sorted(plan.placement.values()).count("fast") == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_on_several_hosts_of_unlike_speed_and_memory_it_finds_the_best_placement(seed):
+    rng = random.Random(seed)
+    devices = ("c0", "c1", "g0")
+    tasks = [Task(f"t{i}", {"c0": rng.uniform(2, 10), "c1": rng.uniform(2, 10), "g0": rng.uniform(0.5, 3)},
+                  output_bytes=rng.uniform(0.2, 2), memory_bytes=rng.uniform(0.5, 2) * 1e9) for i in range(6)]
+    edges = {(f"t{i}", f"t{i + 1}") for i in range(5)} | {
+        tuple(f"t{k}" for k in sorted(rng.sample(range(6), 2))) for _ in range(3)}
+    memory = {d: rng.uniform(2, 5) * 1e9 for d in devices}
+    platform = Platform((Device("c0", "c0", memory["c0"], is_host=True),
+                         Device("c1", "c1", memory["c1"], is_host=True),
+                         Device("g0", "g0", memory["g0"], link=Link(rng.uniform(0.5, 2), 0.0))))
+    problem = _problem(TaskGraph.create(tasks, sorted(edges)), platform)
+    best = _brute_force(problem)
+    if not math.isfinite(best):
+        with pytest.raises(diviml.InfeasibleError):
+            diviml.solve(problem, "call-exact", time_limit=20)
+        return
+    plan = diviml.solve(problem, "call-exact", time_limit=20)
+    assert diviml.validate(plan, problem).ok and plan.status == "optimal"
+    assert plan.objective == pytest.approx(best, rel=1e-5) and plan.bound <= best * (1 + 1e-9)

@@ -4,15 +4,15 @@ Every accelerator d makes at most q calls U = (d, j), j < q, one after another; 
 inputs in, computes its tasks and sends out the outputs that leave it; host CPU tasks run as soon as their
 inputs are in host memory, all in parallel (see :func:`diviml.simulate.call_latency`). Variables:
 
-- ``a[t,U]`` task t runs in call U; ``h[t]`` t runs on a host CPU (the fastest one it may use);
+- ``a[t,U]`` task t runs in call U; ``h[t,c]`` t runs on host CPU c;
 - ``inp[u,U]`` / ``out[u,U]``: u's output enters / leaves call U (one hop each, whoever consumes it);
 - ``z[t,U]``: t is reached from U, so that every call is a convex node set (contiguity);
 - start ``S[U]``, completion ``C[t]`` (when t's output is in host memory), ready time ``R[t]``, makespan Z.
 
 Constraints: duration D[U] = sum p(t,d) a[t,U] + sum hop(u,d) (inp[u,U] + out[u,U]); S[d,j+1] >= S[d,j] +
-D[d,j]; C[t] >= S[U] + D[U] if a[t,U]; R[t] >= C[u] on every edge (u,t); C[t] >= R[t] + p_host(t) h[t];
+D[d,j]; C[t] >= S[U] + D[U] if a[t,U]; R[t] >= C[u] on every edge (u,t); C[t] >= R[t] + sum p(t,c) h[t,c];
 S[U] >= C[u] if inp[u,U]; Z >= C[t] and Z >= the end of every accelerator's last call; memory per
-accelerator; co-location; identical accelerators ordered by their first task in topological order.
+accelerator and host; co-location; identical accelerators ordered by their first task in topological order.
 Redundant, for the bound: every task completes no earlier than its fastest path from a source, and every
 accelerator's calls fit below Z. Hinted with the best of greedy and best-device; never returns worse.
 
@@ -45,18 +45,6 @@ from .engines.symmetry import groups, relabel_by_score
 NAME = "call-exact"
 
 
-def _host_choice(problem: Problem) -> dict[str, tuple[str, float]]:
-    """Each task's fastest allowed host CPU and its time there (tasks no host may run are absent)."""
-    hosts = [d.name for d in problem.platform.devices if d.is_host]
-    choice = {}
-    for t in problem.graph.topological_order:
-        allowed = [d for d in hosts if d in problem.allowed_devices[t]]
-        if allowed:
-            best = min(allowed, key=lambda d: (problem.time(t, d), problem.platform.index[d]))
-            choice[t] = (best, problem.time(t, best))
-    return choice
-
-
 class CallModel:
     """The CP-SAT model of one problem, its variables, and the conversions between plans and its values."""
 
@@ -70,7 +58,7 @@ class CallModel:
         self.accelerators = [d.name for d in platform.devices if not d.is_host]
         self.q = problem.objective.max_calls
         self.units = [(d, j) for d in self.accelerators for j in range(self.q)]
-        self.host = _host_choice(problem)
+        self.hosts = [d.name for d in platform.devices if d.is_host]
         self.producers = [u for u in self.order if graph.successors[u]]
         self.m = cp_model.CpModel()
         # the model in phases: where each task runs, which tensors cross each call, when calls and tasks end
@@ -87,24 +75,26 @@ class CallModel:
         return self.a.get((t, U), 0)
 
     def _assignment(self) -> None:
-        """a[t, U]: task t in call U (an accelerator and its j-th call); h[t]: t on its fastest host; exactly one."""
+        """a[t, U]: task t in call U (an accelerator and its j-th call); h[t, c]: t on host c; exactly one."""
         m, allowed = self.m, self.problem.allowed_devices
         self.a = {(t, U): m.new_bool_var(f"a[{t},{U[0]},{U[1]}]") for t in self.order for U in self.units
                   if U[0] in allowed[t]}
-        self.h = {t: m.new_bool_var(f"h[{t}]") for t in self.host}
+        self.h = {(t, c): m.new_bool_var(f"h[{t},{c}]") for t in self.order for c in self.hosts if c in allowed[t]}
         for t in self.order:
-            lits = [self.a[t, U] for U in self.units if (t, U) in self.a] + ([self.h[t]] if t in self.h else [])
+            lits = ([self.a[t, U] for U in self.units if (t, U) in self.a]
+                    + [self.h[t, c] for c in self.hosts if (t, c) in self.h])
             if not lits:
                 raise InfeasibleError(f"task {t!r} may run on no device of this platform")
             m.add_exactly_one(lits)
 
     def _colocation(self) -> None:
-        """One call (or the host) for every member of a co-location group."""
+        """One call (or one host) for every member of a co-location group."""
         for members in self.problem.colocation_groups.values():
             first, *rest = members
             for t in rest:
                 pairs = [(self.a.get((first, U)), self.a.get((t, U))) for U in self.units]
-                for x, y in pairs + [(self.h.get(first), self.h.get(t))]:
+                pairs += [(self.h.get((first, c)), self.h.get((t, c))) for c in self.hosts]
+                for x, y in pairs:
                     if x is not None and y is not None:
                         self.m.add(x == y)
                     elif x is not None or y is not None:
@@ -160,36 +150,29 @@ class CallModel:
         for u, v in graph.edges:
             m.add(self.R[v] >= self.C[u])
         fastest = {t: min([ticks(problem.time(t, U[0])) for U in self.units if (t, U) in self.a]
-                          + ([ticks(self.host[t][1])] if t in self.host else [])) for t in self.order}
+                          + [ticks(problem.time(t, c)) for c in self.hosts if (t, c) in self.h]) for t in self.order}
         head = longest_paths(self.order, graph.predecessors.__getitem__, fastest.__getitem__, release=lambda t: 0)
         for t in self.order:
             m.add(self.C[t] >= head[t])
-            m.add(self.C[t] >= self.R[t] + (ticks(self.host[t][1]) * self.h[t] if t in self.h else 0))
+            m.add(self.C[t] >= self.R[t] + sum(ticks(problem.time(t, c)) * self.h[t, c] for c in self.hosts
+                                               if (t, c) in self.h))
             if not graph.successors[t]:
                 m.add(self.Z >= self.C[t])
 
     def _memory(self) -> None:
         """Each accelerator holds the weights of the tasks in its calls, and each host those of the tasks it
-        runs, where that can bind. A task runs on its fastest host (:func:`_host_choice`): where a host's memory
-        binds on a platform of several, that is a restriction, and the model proves nothing (``restricted``)."""
+        runs, where that can bind (a device's literals over all its calls)."""
         graph, platform = self.problem.graph, self.problem.platform
-        for d in self.accelerators:
-            limit = platform.by_name[d].memory_bytes
-            terms = [(int(math.ceil(graph.by_id[t].memory_bytes)), x) for (t, U), x in self.a.items()
-                     if U[0] == d and graph.by_id[t].memory_bytes > 0]
-            if math.isfinite(limit) and terms and sum(w for w, _ in terms) / self.q > limit:
-                self.m.add(sum(w * x for w, x in terms) <= int(math.floor(limit)))
-        on_host: dict[str, list[str]] = {}
-        for t, (host, _) in self.host.items():
-            on_host.setdefault(host, []).append(t)
-        self.restricted = False  # a host's memory binds where another host could take the task: not exact
-        for host, tasks in on_host.items():  # and each host the weights of the tasks it runs
-            limit = platform.by_name[host].memory_bytes
-            terms = [(int(math.ceil(graph.by_id[t].memory_bytes)), self.h[t]) for t in tasks
-                     if graph.by_id[t].memory_bytes > 0]
-            if math.isfinite(limit) and terms and sum(w for w, _ in terms) > limit:
-                self.m.add(sum(w * x for w, x in terms) <= int(math.floor(limit)))
-                self.restricted |= sum(d.is_host for d in platform.devices) > 1
+        on: dict[str, list[tuple[str, object]]] = {d: [] for d in self.accelerators + self.hosts}
+        for (t, U), x in self.a.items():
+            on[U[0]].append((t, x))
+        for (t, c), x in self.h.items():
+            on[c].append((t, x))
+        for d, pairs in on.items():
+            limit, weight = platform.by_name[d].memory_bytes, {t: graph.by_id[t].memory_bytes for t, _ in pairs}
+            if math.isfinite(limit) and sum(weight.values()) > limit:  # every task it may run would not fit
+                self.m.add(sum(int(math.ceil(weight[t])) * x for t, x in pairs if weight[t] > 0)
+                           <= int(math.floor(limit)))
 
     def _symmetry(self) -> None:
         """Identical accelerators: each one's first task comes after the previous one's first task
@@ -216,10 +199,9 @@ class CallModel:
     def placement(self, solver: cp_model.CpSolver) -> dict[str, str]:
         out = {}
         for t in self.order:
-            if t in self.h and solver.value(self.h[t]):
-                out[t] = self.host[t][0]
-            else:
-                out[t] = next(U for U in self.units if (t, U) in self.a and solver.value(self.a[t, U]))[0]
+            hosts = [c for c in self.hosts if (t, c) in self.h and solver.value(self.h[t, c])]
+            out[t] = hosts[0] if hosts else next(U for U in self.units
+                                                 if (t, U) in self.a and solver.value(self.a[t, U]))[0]
         return out
 
     def relabel(self, placement: dict[str, str]) -> dict[str, str]:
@@ -245,14 +227,12 @@ class CallModel:
         if any(k > self.q for k in made.values()):
             return False
         for t in self.order:
-            on_host = t not in unit_of
-            if (on_host and (t not in self.h or placement[t] != self.host[t][0])) or (
-                    not on_host and (t, unit_of[t]) not in self.a):
-                return False  # e.g. on a host slower than its fastest one: not a point of this model
+            if (t, unit_of.get(t, placement[t])) not in (self.a if t in unit_of else self.h):
+                return False  # a device the task may not use: not a point of this model
         for (t, U), x in self.a.items():
             self.m.add_hint(x, unit_of.get(t) == U)
-        for t, x in self.h.items():
-            self.m.add_hint(x, t not in unit_of)
+        for (t, c), x in self.h.items():
+            self.m.add_hint(x, t not in unit_of and placement[t] == c)
         members = {U: {t for t, W in unit_of.items() if W == U} for U in self.units}
         for (u, U), x in self.inp.items():
             inside = u in members[U]
@@ -302,9 +282,6 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0, workers:
     status = "optimal" if code == cp_model.OPTIMAL else "timeout"
     bound = max(solver.best_objective_bound, 0) * model.tick if found else 0.0
     notes, candidates, rejected = [], [], None
-    if model.restricted:
-        status, bound = "feasible", 0.0
-        notes.append("each task on its fastest host, whose memory binds: the model is a restriction, not a proof")
     if found:
         try:
             candidates.append(make_plan(problem, placement=model.placement(solver), solver=NAME, status=status,
