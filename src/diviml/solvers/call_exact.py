@@ -45,6 +45,35 @@ from .engines.symmetry import groups, relabel_by_score
 NAME = "call-exact"
 
 
+def host_options(problem: Problem) -> dict[str, list[str]]:
+    """The hosts each task may need in the model: hosts run their tasks in parallel and are reached at the
+    same hop, so a task on a host whose memory never binds (all it may run fits) is as well off on the
+    fastest such host; only hosts faster than that one stay beside it (all hosts where memory binds on every
+    host, or for a task co-located with others, which cannot move alone).
+
+    >>> from diviml import Device, Objective, Platform, Task, TaskGraph
+    >>> hosts = (Device("big", "cpu", is_host=True), Device("fast", "xeon", 1e9, is_host=True),
+    ...          Device("also", "cpu", is_host=True))
+    >>> graph = TaskGraph.create([Task("t", {"cpu": 2.0, "xeon": 1.0}, memory_bytes=2e9)], [])
+    >>> host_options(Problem(graph, Platform(hosts), Objective("call-latency")))
+    {'t': ['fast', 'big']}
+    """
+    graph, platform = problem.graph, problem.platform
+    hosts = [d.name for d in platform.devices if d.is_host]
+    held = {c: sum(graph.by_id[t].memory_bytes for t in graph.topological_order if c in problem.allowed_devices[t])
+            for c in hosts}
+    free = {c for c in hosts if held[c] <= platform.by_name[c].memory_bytes}
+    grouped = {t for members in problem.colocation_groups.values() if len(members) > 1 for t in members}
+    options = {}
+    for t in graph.topological_order:
+        allowed = [c for c in hosts if c in problem.allowed_devices[t]]
+        roomy = min((c for c in allowed if c in free), key=lambda c: problem.time(t, c), default=None)
+        if roomy is not None and t not in grouped:
+            allowed = [c for c in allowed if c == roomy or problem.time(t, c) < problem.time(t, roomy)]
+        options[t] = allowed
+    return options
+
+
 class CallModel:
     """The CP-SAT model of one problem, its variables, and the conversions between plans and its values."""
 
@@ -59,6 +88,7 @@ class CallModel:
         self.q = problem.objective.max_calls
         self.units = [(d, j) for d in self.accelerators for j in range(self.q)]
         self.hosts = [d.name for d in platform.devices if d.is_host]
+        self.host_options = host_options(problem)
         self.producers = [u for u in self.order if graph.successors[u]]
         self.m = cp_model.CpModel()
         # the model in phases: where each task runs, which tensors cross each call, when calls and tasks end
@@ -79,7 +109,7 @@ class CallModel:
         m, allowed = self.m, self.problem.allowed_devices
         self.a = {(t, U): m.new_bool_var(f"a[{t},{U[0]},{U[1]}]") for t in self.order for U in self.units
                   if U[0] in allowed[t]}
-        self.h = {(t, c): m.new_bool_var(f"h[{t},{c}]") for t in self.order for c in self.hosts if c in allowed[t]}
+        self.h = {(t, c): m.new_bool_var(f"h[{t},{c}]") for t in self.order for c in self.host_options[t]}
         for t in self.order:
             lits = ([self.a[t, U] for U in self.units if (t, U) in self.a]
                     + [self.h[t, c] for c in self.hosts if (t, c) in self.h])
@@ -212,8 +242,10 @@ class CallModel:
 
     def add_hint(self, placement: dict[str, str]) -> bool:
         """Hint the placement's assignment (its calls as the simulator cuts them); False if it has none here."""
-        graph = self.problem.graph
-        placement = self.relabel(placement)
+        graph, options = self.problem.graph, self.host_options
+        placement = {t: max(options[t], key=lambda c: self.problem.time(t, c))  # the roomy host: as fast, no worse
+                     if d in self.hosts and d not in options[t] and options[t] else d
+                     for t, d in self.relabel(placement).items()}
         try:
             schedule = call_latency(self.problem, placement)
         except DivimlError:
