@@ -4,7 +4,7 @@ For each model and seed: a random latency plan (every task on a worker drawn at 
 plan for a batch of 4 (one split drawn for every task, a split drawn per task, or a few tasks split and the
 rest whole on a worker drawn at random), each timed by the simulator, validated and run once by the runtime.
 A plan must give the unsplit module's outputs or be refused in one clear line (`InputError`: a split that
-would cut a value whose batch is merged with another dimension); anything else (a mismatch, a crash, another
+would cut a value whose samples the runtime cannot locate); anything else (a mismatch, a crash, another
 error) is a finding. Prints each outcome, then a table of counts written to benchmarks/results/fuzz_runtime.md.
 
     python benchmarks/fuzz_runtime.py                                  # every model below, 3 seeds

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import diviml
 from diviml import Assignment, InputError, Objective, Plan, Problem, preset
@@ -56,19 +57,58 @@ def test_a_transformer_split_the_same_way_throughout_reads_its_batch_sizes_per_p
     assert report.outputs_match and report.max_abs_error <= 1e-4
 
 
-def test_a_split_that_would_cut_a_merged_batch_dimension_is_refused_naming_the_task():
-    # attention's (sequence x batch) rows do not say which index is the sample: such a value cannot be re-cut
+def test_a_transformer_split_differently_at_every_task_gives_the_unsplit_outputs():
+    # attention's rows merge the batch with the heads (batch x heads: a sample's rows together) and with the
+    # sequence (sequence x batch: a sample's rows one in every batch): both are cut and joined by sample
     problem = batch_problem("gpt-tiny")
-    parts = {t.id: [("worker0", 3), ("worker1", 1)] for t in problem.graph.tasks}
-    from diviml.frontends.pytorch import capture_at
-    from diviml.frontends.zoo import get
-    captured = capture_at(get("gpt-tiny").build(), get("gpt-tiny").inputs, BATCH)
-    merged = next(n.name for n in captured.gm.graph.nodes if n.op == "call_function" and str(n.target) ==
-                  "aten.view.default" and "*" in str(n.meta["val"].shape[0]))  # e.g. 32*s0 rows
-    for succ in problem.graph.successors[merged]:
-        parts[succ] = [("worker1", 2), ("worker0", 2)]
-    with pytest.raises(InputError, match="split into different sub-batches"):
-        run("gpt-tiny", plan_from_parts(problem, parts), CPU2, problem=problem, repeats=1, warmup=0)
+    rng = random.Random(3)
+    parts = {t.id: rng.choice(PATTERNS) for t in problem.graph.tasks}
+    report = run("gpt-tiny", plan_from_parts(problem, parts), CPU2, problem=problem, repeats=1, warmup=0)
+    assert report.outputs_match and report.max_abs_error <= 1e-4
+
+
+class _Rows(torch.nn.Module):
+    """Rows of (sample, position) and of (position, sample); or rows whose samples are not located."""
+
+    def __init__(self, mixed: bool = False):
+        super().__init__()
+        self.a, self.b, self.mixed = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), mixed
+
+    def forward(self, x):  # x: batch x 5 x 8
+        b, s, h = x.shape
+        if self.mixed:  # two copies of the rows stacked: (copy, sample, position) rows, which no operand has
+            rows = torch.cat([x.reshape(b * s, h), x.reshape(b * s, h)]) * 2
+            return rows.reshape(2, b, s, h).sum(0)
+        outer = self.a(x.reshape(b * s, h))
+        inner = self.b(x.transpose(0, 1).reshape(s * b, h))
+        return outer.reshape(b, s, h) + inner.reshape(s, b, h).transpose(0, 1)
+
+
+def _rows_program(mixed: bool = False):
+    from diviml.frontends.pytorch import capture_at, task_of_nodes
+    torch.manual_seed(0)
+    model = _Rows(mixed).eval()
+    captured = capture_at(model, lambda b: (torch.randn(b, 5, 8),), BATCH)
+    return model, captured, sorted(set(task_of_nodes(captured).values()))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_rows_that_merge_the_batch_with_another_dimension_are_cut_by_sample_whichever_index_is_outer(seed):
+    from diviml.runtime._rows import split_rows
+    model, captured, tasks = _rows_program()
+    rng = random.Random(seed)
+    parts = {t: rng.choice(PATTERNS) for t in tasks}
+    (rewritten,) = split_rows(captured, parts, {}, BATCH).captured.run()
+    placeholders = [n.name for n in captured.gm.graph.nodes if n.op == "placeholder"]
+    assert torch.allclose(rewritten, model(captured.args[placeholders.index("x")]), atol=1e-6)
+
+
+def test_a_value_whose_samples_cannot_be_located_is_not_cut_and_the_plan_is_refused_naming_the_task():
+    from diviml.runtime._rows import split_rows
+    _, captured, tasks = _rows_program(mixed=True)
+    parts = {t: PATTERNS[k % 2] for k, t in enumerate(tasks)}
+    with pytest.raises(InputError, match=r"task '\w+' .*split into (different )?sub-batches"):
+        split_rows(captured, parts, {}, BATCH)
 
 
 @pytest.mark.slow  # over 20 s on 2 cores: the README's test command runs it after the rest
@@ -92,21 +132,21 @@ def test_a_batch_plan_from_the_command_line_runs_with_unequal_shares(tmp_path):
 
 @pytest.fixture(scope="module")
 def transformer_batch():
-    """gpt-tiny at a batch of 4 on paper-server (a CPU and two GPU types), and its program captured at it."""
+    """gpt-tiny's graph with batch tables up to 4, and its program captured at a batch of 4."""
     from diviml.frontends.pytorch import capture_at
     from diviml.runtime import model_source
     graph = profile_zoo("gpt-tiny", batches=(1, 2, 3, 4), repeats=1, min_time_s=0.0)
     source = model_source("gpt-tiny")
-    return Problem(graph, preset("paper-server"), Objective("batch", BATCH)), capture_at(source.build(),
-                                                                                         source.inputs, BATCH)
+    return graph, capture_at(source.build(), source.inputs, BATCH)
 
 
+@pytest.mark.parametrize("platform", ["paper-server", "cpu-workers-2"])
 @pytest.mark.parametrize("solver", ["split", "exact", "milp", "data-parallel", "streamed"])
-def test_the_batch_solvers_plans_for_a_transformer_can_be_cut_into_sub_batches(solver, transformer_batch):
-    """The runtime refuses a plan that splits a task and its input differently where their batch is merged
-    with the sequence (above): the solvers' batch plans must not be such plans, or they could not be run."""
+def test_the_batch_solvers_plans_for_a_transformer_can_be_cut_into_sub_batches(solver, platform, transformer_batch):
+    """Every batch plan can be cut into its parts: on cpu-workers-2 split, exact and milp split attention's
+    rows differently from their producers', which the runtime once refused."""
     from diviml.runtime._rows import split_rows
-    problem, captured = transformer_batch
-    plan = diviml.solve(problem, solver, time_limit=5)
+    graph, captured = transformer_batch
+    plan = diviml.solve(Problem(graph, preset(platform), Objective("batch", BATCH)), solver, time_limit=5)
     jobs = split_rows(captured, plan.parts, plan.device_order, BATCH)  # InputError where the runtime refuses
     assert set(jobs.device_order) == {a.device for a in plan.assignments}

@@ -8,16 +8,19 @@ slices of several. The program's results join their parts. The rewritten program
 batch: a size read off the batch (a SymInt of the dynamic-batch export) is the part's own sample count in
 each copy.
 
-Where the batch sits in a value comes from the export's symbolic shapes: the one dimension whose size is the
-batch symbol, in any position (as after attention's transposes). A dimension that merges the batch with
-another (``32*s``, as after a reshape of sequence x batch) cannot be cut: whether the samples are its outer or
-inner index is not in the shape. A value whose size does not depend on the batch is read whole; a value whose
-batch cannot be located passes only between parts that cover the same samples, else the plan is refused with
-the task named. Cut and joined tensors keep the memory order the program gave the whole one.
+Where the batch sits in a value comes from the export's symbolic shapes and the program (:class:`_Layout`):
+in an input, the one dimension whose size is the batch symbol; through a view or reshape, wherever the
+samples' step in row-major order lands, so a dimension that merges the batch with others is read as (outer,
+sample, inner) rows (attention's batch x heads: the sample outer; sequence x batch: the sample inner), and
+cut or joined by sample along its middle index. A value whose size does not depend on the batch is read
+whole; a value whose batch cannot be located passes only between parts that cover the same samples, else the
+plan is refused with the task named. Cut and joined tensors keep the memory order the program gave the whole
+one.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, replace
 
 from ..errors import InputError
@@ -49,8 +52,18 @@ def sample_offsets(sizes: list[int]) -> list[int]:
     return out
 
 
+RESHAPES = frozenset({"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default"})
+
+
 class _Layout:
-    """Where the batch sits in each value of the dynamic-batch export, and what a size read off it is."""
+    """Where the batch sits in each value of the dynamic-batch export, and what a size read off it is.
+
+    A value's batch is ``(dim, outer, inner)``: dimension ``dim`` of size ``outer * batch * inner`` indexes
+    ``(a, sample, c)`` row-major (``outer = inner = 1``: the dimension is the batch). A placeholder's batch is
+    the dimension whose size is the batch symbol. A view or reshape keeps each element's row-major position, so
+    the samples' step there (``inner`` times the sizes after ``dim``) says where they sit in its result; a
+    permute moves the dimension; any other operator's dimension of the same size as one of its inputs' takes
+    that input's (all such inputs agreeing). Anything else that depends on the batch is "unknown"."""
 
     def __init__(self, captured: Captured):
         import sympy
@@ -68,26 +81,63 @@ class _Layout:
                              "fixed batch), so its tasks cannot be split by samples: run a plan that keeps every "
                              "task whole")
         self.batch = next(iter(symbols))
+        self.known: dict[str, tuple[int, int, int] | None | str] = {}
+        for node in captured.gm.graph.nodes:
+            self.known[node.name] = self._find(node)
 
     def _expr(self, size):
         return size.node.expr if isinstance(size, self.torch.SymInt) else self.sympy.Integer(int(size))
 
-    def batch_dim(self, node) -> tuple[int, int] | None | str:
-        """(dimension, entries per sample) of a tensor value; None when its size does not depend on the
-        batch; "unknown" when it does in a way rows cannot be cut from."""
+    def _same(self, x, y) -> bool:
+        return self.sympy.expand(x - y) == 0
+
+    def batch_dim(self, node) -> tuple[int, int, int] | None | str:
+        """(dimension, outer, inner) of a tensor value (see the class); None when its size does not depend on
+        the batch; "unknown" when it does in a way samples cannot be cut from."""
+        return self.known[node.name]
+
+    def _find(self, node):
         val = node.meta.get("val")
         if not isinstance(val, self.torch.Tensor):
             return "unknown" if self.depends(node) else None
-        found = []
-        for d, size in enumerate(val.shape):
-            expr = self._expr(size)
-            if self.batch in expr.free_symbols:
-                if self.sympy.simplify(expr - self.batch) != 0:  # merged with another dimension (k x batch)
-                    return "unknown"
-                found.append((d, 1))
-        if not found:
-            return None
-        return found[0] if len(found) == 1 else "unknown"
+        found = [d for d, size in enumerate(val.shape) if self.batch in self._expr(size).free_symbols]
+        if len(found) != 1:
+            return "unknown" if found else None
+        dim, size = found[0], self._expr(val.shape[found[0]])
+        if node.op != "call_function":
+            return (dim, 1, 1) if self._same(size, self.batch) else "unknown"
+        target, source = str(node.target), node.args[0] if node.args else None
+        if node.target is operator.getitem:  # an output of a multi-output operator: as its inputs
+            node = source
+        tensors = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), self.torch.Tensor)]
+        inputs = [self.known.get(a.name, "unknown") for a in tensors]
+        if "unknown" in inputs:
+            return "unknown"
+        if target in RESHAPES and isinstance(self.known.get(getattr(source, "name", None)), tuple):
+            return self._reshaped(source, val.shape, dim, size)
+        if target == "aten.permute.default" and isinstance(self.known.get(source.name), tuple):
+            d, outer, inner = self.known[source.name]
+            return (dim, outer, inner) if list(node.args[1])[dim] % source.meta["val"].dim() == d else "unknown"
+        like = {lay[1:] for a, lay in zip(tensors, inputs)
+                if isinstance(lay, tuple) and self._same(self._expr(a.meta["val"].shape[lay[0]]), size)}
+        if len(like) == 1:
+            return (dim, *like.pop())
+        return (dim, 1, 1) if not like and self._same(size, self.batch) else "unknown"
+
+    def _reshaped(self, source, shape, dim: int, size):
+        """The batch of a view or reshape of ``source``: the samples' step in row-major order is kept."""
+        d, _, inner = self.known[source.name]
+        step = inner * self.sympy.Mul(*[self._expr(s) for s in source.meta["val"].shape[d + 1:]])
+        below = self.sympy.Mul(*[self._expr(s) for s in shape[dim + 1:]])
+        inner_here = self.sympy.simplify(step / below)
+        outer_here = self.sympy.simplify(size / (self.batch * inner_here))
+        if all(isinstance(x, self.sympy.Integer) and x >= 1 for x in (inner_here, outer_here)):
+            return dim, int(outer_here), int(inner_here)
+        return "unknown"
+
+    def sizes(self, node, samples: int) -> list[int]:
+        """The value's sizes where it holds ``samples`` samples."""
+        return [int(self._expr(s).subs(self.batch, samples)) for s in node.meta["val"].shape]
 
     def memory_order(self, node, batch: int) -> list[int]:
         """The value's dimensions from outermost to innermost in memory (by its strides at this batch)."""
@@ -160,16 +210,47 @@ class _RowSplitter:
         dense = make(lambda x: self.emit(job, self.aten.permute.default, (x, order)), lambda d: order.index(d))
         return self.emit(job, self.aten.permute.default, (dense, back))
 
-    def cut_rows(self, job: str, old, value, where: tuple[int, int], lo: int, hi: int):
-        """Samples [lo, hi) of a value, dense in the value's own memory order."""
-        dim, per = where
-        aten = self.aten
-        return self.in_layout(job, old, lambda to, at: self.emit(job, aten.clone.default, (self.emit(
-            job, aten.slice.Tensor, (to(value), at(dim), lo * per, hi * per)),), ))
+    def _outer_split(self, job: str, old, value, where, samples: int, to, at):
+        """``value`` (holding ``samples`` samples) with its batch dimension as two, (outer, samples x inner),
+        in the permuted frame of :meth:`in_layout`; and the frame's sizes."""
+        dim, outer, inner = where
+        sizes = self.layout.sizes(old, samples)
+        frame = [0] * len(sizes)
+        for d, n in enumerate(sizes):
+            frame[at(d)] = n
+        k = at(dim)
+        return self.emit(job, self.aten.reshape.default, (to(value), frame[:k] + [outer, samples * inner]
+                                                          + frame[k + 1:])), frame, k
 
-    def join(self, job: str, old, values: list, dim: int):
-        return self.in_layout(job, old, lambda to, at: self.emit(job, self.aten.cat.default,
-                                                                 ([to(v) for v in values], at(dim))))
+    def cut_rows(self, job: str, old, value, where: tuple[int, int, int], lo: int, hi: int, samples: int):
+        """Samples [lo, hi) of a value that holds ``samples`` samples, dense in the value's own memory order."""
+        dim, outer, inner = where
+        aten = self.aten
+        if outer == 1:
+            return self.in_layout(job, old, lambda to, at: self.emit(job, aten.clone.default, (self.emit(
+                job, aten.slice.Tensor, (to(value), at(dim), lo * inner, hi * inner)),), ))
+
+        def make(to, at):
+            two, frame, k = self._outer_split(job, old, value, where, samples, to, at)
+            cut = self.emit(job, aten.slice.Tensor, (two, k + 1, lo * inner, hi * inner))
+            return self.emit(job, aten.reshape.default, (cut, frame[:k] + [outer * (hi - lo) * inner] + frame[k + 1:]))
+        return self.in_layout(job, old, make)
+
+    def join(self, job: str, old, values: list, where: tuple[int, int, int], counts: list[int]):
+        """The values (``counts`` samples each, in sample order) as one."""
+        dim, outer, inner = where
+        aten = self.aten
+        if outer == 1:
+            return self.in_layout(job, old, lambda to, at: self.emit(job, aten.cat.default,
+                                                                     ([to(v) for v in values], at(dim))))
+
+        def make(to, at):
+            split = [self._outer_split(job, old, v, where, n, to, at) for v, n in zip(values, counts)]
+            frame, k = split[0][1], split[0][2]
+            joined = self.emit(job, aten.cat.default, ([two for two, _, _ in split], k + 1))
+            return self.emit(job, aten.reshape.default, (joined, frame[:k] + [outer * sum(counts) * inner]
+                                                         + frame[k + 1:]))
+        return self.in_layout(job, old, make)
 
     def read(self, a, task: str, k: int):
         """The value of old node ``a`` as part ``k`` of ``task`` needs it."""
@@ -190,7 +271,7 @@ class _RowSplitter:
             if where == "unknown":
                 raise InputError(f"input {a.name!r} carries the batch where it cannot be cut")
             if (a.name, job) not in self.glue:
-                self.glue[a.name, job] = self.cut_rows(job, a, self.copy[a.name, 0], where, lo, hi)
+                self.glue[a.name, job] = self.cut_rows(job, a, self.copy[a.name, 0], where, lo, hi, self.batch)
             return self.glue[a.name, job]
         if where is None:  # the same whole value in every part
             return self.copy[a.name, 0]
@@ -205,9 +286,9 @@ class _RowSplitter:
             self.glue[a.name, job] = self.glued(a, producer, job, where, lo, hi)
         return self.glue[a.name, job]
 
-    def glued(self, a, producer: str, job: str, where: tuple[int, int], lo: int, hi: int):
+    def glued(self, a, producer: str, job: str, where: tuple[int, int, int], lo: int, hi: int):
         """Rows [lo, hi) of ``a`` from the producer's parts that overlap them, cut and joined."""
-        pieces = []
+        pieces, counts = [], []
         for j in range(len(self.parts[producer])):
             plo, phi = self.rows(producer, j)
             top, bottom = max(lo, plo), min(hi, phi)
@@ -215,8 +296,9 @@ class _RowSplitter:
                 continue
             value = self.copy[a.name, j]
             pieces.append(value if (top, bottom) == (plo, phi)
-                          else self.cut_rows(job, a, value, where, top - plo, bottom - plo))
-        return pieces[0] if len(pieces) == 1 else self.join(job, a, pieces, where[0])
+                          else self.cut_rows(job, a, value, where, top - plo, bottom - plo, phi - plo))
+            counts.append(bottom - top)
+        return pieces[0] if len(pieces) == 1 else self.join(job, a, pieces, where, counts)
 
     def copy_nodes(self):
         """Every node copied once per part of its task (placeholders and attributes once); the output node."""
@@ -253,7 +335,8 @@ class _RowSplitter:
         # nothing waits for it, so it cannot hold up a device another part needs
         device = max(self.parts[task], key=lambda p: p[1])[0]
         self.joins[f"{task}:join"] = device
-        return self.join(f"{task}:join", a, [self.copy[a.name, k] for k in range(len(self.parts[task]))], where[0])
+        return self.join(f"{task}:join", a, [self.copy[a.name, k] for k in range(len(self.parts[task]))], where,
+                         [b for _, b in self.parts[task]])
 
     def jobs(self, device_order: dict) -> Jobs:
         """The rewritten program as jobs, each device's jobs in the plan's order (joins last)."""
