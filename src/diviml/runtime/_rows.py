@@ -61,9 +61,9 @@ class _Layout:
     A value's batch is ``(dim, outer, inner)``: dimension ``dim`` of size ``outer * batch * inner`` indexes
     ``(a, sample, c)`` row-major (``outer = inner = 1``: the dimension is the batch). A placeholder's batch is
     the dimension whose size is the batch symbol. A view or reshape keeps each element's row-major position, so
-    the samples' step there (``inner`` times the sizes after ``dim``) says where they sit in its result; a
-    permute moves the dimension; any other operator's dimension of the same size as one of its inputs' takes
-    that input's (all such inputs agreeing). Anything else that depends on the batch is "unknown"."""
+    the samples' step there (``inner`` times the sizes after ``dim``) says where they sit in its result. Any
+    other operator's dimension (a permute's too) of the same size as one of its inputs' takes that input's, all
+    such inputs agreeing. Anything else that depends on the batch is "unknown"."""
 
     def __init__(self, captured: Captured):
         import sympy
@@ -115,9 +115,6 @@ class _Layout:
             return "unknown"
         if target in RESHAPES and isinstance(self.known.get(getattr(source, "name", None)), tuple):
             return self._reshaped(source, val.shape, dim, size)
-        if target == "aten.permute.default" and isinstance(self.known.get(source.name), tuple):
-            d, outer, inner = self.known[source.name]
-            return (dim, outer, inner) if list(node.args[1])[dim] % source.meta["val"].dim() == d else "unknown"
         like = {lay[1:] for a, lay in zip(tensors, inputs)
                 if isinstance(lay, tuple) and self._same(self._expr(a.meta["val"].shape[lay[0]]), size)}
         if len(like) == 1:
