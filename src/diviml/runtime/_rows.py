@@ -63,7 +63,8 @@ class _Layout:
     the dimension whose size is the batch symbol. A view or reshape keeps each element's row-major position, so
     the samples' step there (``inner`` times the sizes after ``dim``) says where they sit in its result. Any
     other operator's dimension (a permute's too) of the same size as one of its inputs' takes that input's, all
-    such inputs agreeing. Anything else that depends on the batch is "unknown"."""
+    such inputs agreeing; one of the batch's size made from no input that holds the batch (zeros of a size read
+    off it) is the batch. Anything else that depends on the batch is "unknown"."""
 
     def __init__(self, captured: Captured):
         import sympy
@@ -119,7 +120,8 @@ class _Layout:
                 if isinstance(lay, tuple) and self._same(self._expr(a.meta["val"].shape[lay[0]]), size)}
         if len(like) == 1:
             return (dim, *like.pop())
-        return (dim, 1, 1) if not like and self._same(size, self.batch) else "unknown"
+        made = not any(isinstance(lay, tuple) for lay in inputs)  # e.g. zeros of a size read off the batch
+        return (dim, 1, 1) if made and self._same(size, self.batch) else "unknown"
 
     def _reshaped(self, source, shape, dim: int, size):
         """The batch of a view or reshape of ``source``: the samples' step in row-major order is kept."""
