@@ -112,7 +112,7 @@ class CallModel:
         self.h = {(t, c): m.new_bool_var(f"h[{t},{c}]") for t in self.order for c in self.host_options[t]}
         for t in self.order:
             lits = ([self.a[t, U] for U in self.units if (t, U) in self.a]
-                    + [self.h[t, c] for c in self.hosts if (t, c) in self.h])
+                    + [self.h[t, c] for c in self.host_options[t]])
             if not lits:
                 raise InfeasibleError(f"task {t!r} may run on no device of this platform")
             m.add_exactly_one(lits)
@@ -180,12 +180,12 @@ class CallModel:
         for u, v in graph.edges:
             m.add(self.R[v] >= self.C[u])
         fastest = {t: min([ticks(problem.time(t, U[0])) for U in self.units if (t, U) in self.a]
-                          + [ticks(problem.time(t, c)) for c in self.hosts if (t, c) in self.h]) for t in self.order}
+                          + [ticks(problem.time(t, c)) for c in self.host_options[t]]) for t in self.order}
         head = longest_paths(self.order, graph.predecessors.__getitem__, fastest.__getitem__, release=lambda t: 0)
         for t in self.order:
             m.add(self.C[t] >= head[t])
-            m.add(self.C[t] >= self.R[t] + sum(ticks(problem.time(t, c)) * self.h[t, c] for c in self.hosts
-                                               if (t, c) in self.h))
+            m.add(self.C[t] >= self.R[t] + sum(ticks(problem.time(t, c)) * self.h[t, c]
+                                               for c in self.host_options[t]))
             if not graph.successors[t]:
                 m.add(self.Z >= self.C[t])
 
@@ -229,7 +229,7 @@ class CallModel:
     def placement(self, solver: cp_model.CpSolver) -> dict[str, str]:
         out = {}
         for t in self.order:
-            hosts = [c for c in self.hosts if (t, c) in self.h and solver.value(self.h[t, c])]
+            hosts = [c for c in self.host_options[t] if solver.value(self.h[t, c])]
             out[t] = hosts[0] if hosts else next(U for U in self.units
                                                  if (t, U) in self.a and solver.value(self.a[t, U]))[0]
         return out
