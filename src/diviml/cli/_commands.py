@@ -317,22 +317,26 @@ def cmd_run(args) -> dict:
     rank, world = env_world()
     platform = Platform.load(args.platform or DEFAULT_PLATFORM)
     plan = Plan.load(args.plan)
+    if plan.objective_kind == "pipeline" and (args.calibrate_out or args.calibrate_platform_out):
+        raise InputError("calibration reads one request's timeline, and a pipeline plan's run is a stream of them: "
+                         "calibrate from a latency plan's run of the same model and schedule the pipeline on that")
     source = model_source(args.model)
     problem = None
     if args.graph:
         graph = load_input(args.graph).graph
-        objective = Objective(plan.objective_kind if plan.objective_kind in ("latency", "batch") else "latency",
-                              plan.batch_size if plan.objective_kind == "batch" else None)
+        objective = Objective(plan.objective_kind if plan.objective_kind in ("latency", "batch", "pipeline")
+                              else "latency", plan.batch_size if plan.objective_kind == "batch" else None)
         problem = Problem(graph, platform, objective)
     progress = None if args.quiet else _progress
     single = None
     if args.compare and problem is not None:  # both plans in this process, their runs in turn
         single = solvers.solve(problem, "best-device", time_limit=60)
         report, single_report = run_beside(source, (plan, single), platform, problem=problem, batch=args.batch,
-                                           repeats=args.repeats, warmup=args.warmup, progress=progress)
+                                           repeats=args.repeats, warmup=args.warmup, progress=progress,
+                                           requests=args.requests)
     else:
         report = run(source, plan, platform, problem=problem, batch=args.batch, repeats=args.repeats,
-                     warmup=args.warmup, rank=rank, world=world, progress=progress)
+                     warmup=args.warmup, rank=rank, world=world, progress=progress, requests=args.requests)
     outputs: list[tuple[str, str | bytes]] = []
     if rank == 0:
         from ..reports import measured

@@ -56,11 +56,14 @@ def _print_profile(out: dict) -> None:
 
 
 def _print_run(out: dict) -> None:
+    stream = out.get("requests", 1) > 1  # a pipeline plan: a stream of requests, timed per request
+    what = f" per request in streams of {out['requests']}" if stream else ""
     print(f"{out['model']} batch {out['batch_size']} on {len(out['devices'])} device(s), {out['pieces']} "
-          f"pieces, {out['world_size']} rank(s): measured {out['measured_s'] * 1e3:.4g} ms (median of "
+          f"pieces, {out['world_size']} rank(s): measured {out['measured_s'] * 1e3:.4g} ms{what} (median of "
           f"{out['repeats']}, {out['measured_min_s'] * 1e3:.4g}-{out['measured_max_s'] * 1e3:.4g}), predicted "
-          f"{out['predicted_s'] * 1e3:.4g} ms, ratio {out['ratio']:.3f}; outputs match the unsplit module "
-          f"(largest difference {out['max_abs_error']:.3g}); unsplit module here {out['eager_s'] * 1e3:.4g} ms")
+          f"{out['predicted_s'] * 1e3:.4g} ms{' (largest device load)' if stream else ''}, ratio "
+          f"{out['ratio']:.3f}; outputs match the unsplit module (largest difference {out['max_abs_error']:.3g}); "
+          f"unsplit module here {out['eager_s'] * 1e3:.4g} ms")
     if "single_device" in out:
         print(f"best single device {out['single_device']}: measured {out['single_measured_s'] * 1e3:.4g} ms "
               f"(predicted {out['single_predicted_s'] * 1e3:.4g} ms); this plan runs at {out['speedup']:.3f}x its "

@@ -106,7 +106,7 @@ def _add_run(sub) -> None:
     r = sub.add_parser("run", help="run a plan on this machine's devices: outputs checked, time measured")
     r.add_argument("model", nargs="?", help="a zoo name (see 'diviml models') or path/to/file.py:factory, a function "
                                  "returning (module, example_inputs)")
-    r.add_argument("plan", nargs="?", help="plan JSON written by 'diviml schedule --out' (latency or batch)")
+    r.add_argument("plan", nargs="?", help="plan JSON written by 'diviml schedule --out' (latency, batch or pipeline)")
     r.add_argument("--model", dest="model_option", help="the model, instead of the positional MODEL")
     r.add_argument("--platform", help="the platform the plan was scheduled for (default paper-server)")
     r.add_argument("--graph", help="the profiled graph the plan was made from: per-piece predictions, "
@@ -114,6 +114,8 @@ def _add_run(sub) -> None:
     r.add_argument("--batch", type=int, help="batch size to run (default: the plan's)")
     r.add_argument("--repeats", type=int, default=10, help="timed runs after the warm-up (default 10)")
     r.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    r.add_argument("--requests", type=int, help="requests each run of a pipeline plan streams through its devices "
+                                                "(default 16); its time per request is measured in that stream")
     r.add_argument("--nproc", type=int, help="run as N torch.distributed (gloo) ranks on this host: one per "
                                              "server of the platform, or one per device")
     r.add_argument("--compare", action="store_true",

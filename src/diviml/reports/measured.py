@@ -1,5 +1,7 @@
 """Pictures of a run: each device's pieces as measured (median start and duration over the timed runs)
-beside the plan's prediction of the same pieces; a Chrome trace (chrome://tracing, Perfetto) of both."""
+beside the plan's prediction of the same pieces; a Chrome trace (chrome://tracing, Perfetto) of both. A
+pipeline plan's run is a stream of requests: its picture is one stream (the timed run nearest the median),
+each piece coloured by its request, so it shows the devices working on different requests at once."""
 
 from __future__ import annotations
 
@@ -10,14 +12,24 @@ from pathlib import Path
 from .gantt import check_format
 
 MEASURED, PREDICTED = "#1f77b4", "#aaaaaa"
+REQUEST_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
 def chrome_trace(report) -> dict:
-    """Trace Event Format: process 1 = measured, process 2 = predicted; a thread per device."""
+    """Trace Event Format: process 1 = measured, process 2 = predicted, process 3 = a pipeline plan's stream
+    (one timed run, each piece named with its request); a thread per device."""
     events = [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"measured ({report.model})"}},
               {"name": "process_name", "ph": "M", "pid": 2, "args": {"name": "predicted by the plan"}}]
     devices = sorted({p.device for p in report.piece_reports})
-    for pid in (1, 2):
+    pids = (1, 2)
+    if report.stream:
+        events.append({"name": "process_name", "ph": "M", "pid": 3,
+                       "args": {"name": f"a stream of {report.requests} requests (one timed run)"}})
+        pids = (1, 2, 3)
+        events += [{"name": f"request {r.request}: {r.device}#{r.index}", "ph": "X", "pid": 3,
+                    "tid": devices.index(r.device), "ts": r.start * 1e6, "dur": (r.finish - r.start) * 1e6,
+                    "args": {"request": r.request}} for r in report.stream if r.device in devices]
+    for pid in pids:
         events += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": i, "args": {"name": d}}
                    for i, d in enumerate(devices)]
     for p in report.piece_reports:
@@ -33,8 +45,15 @@ def chrome_trace(report) -> dict:
 
 
 def _rows(report):
-    """(label, device, start, duration, colour) per bar: predicted rows above measured rows per device."""
+    """(label, bars) per row, a bar (piece, start, duration, colour): predicted rows above measured rows per
+    device; for a stream, each device's pieces in one run, coloured by request."""
     devices = sorted({p.device for p in report.piece_reports})
+    if report.stream:
+        pieces = {(p.device, p.index): p for p in report.piece_reports}
+        return [(f"{d} stream", [(_StreamPiece(pieces[r.device, r.index], r.request), r.start, r.finish - r.start,
+                                  REQUEST_COLOURS[r.request % len(REQUEST_COLOURS)])
+                                 for r in report.stream if r.device == d and (r.device, r.index) in pieces])
+                for d in devices]
     rows = []
     for d in devices:
         if any(p.predicted_s is not None for p in report.piece_reports):
@@ -46,9 +65,19 @@ def _rows(report):
     return rows
 
 
+class _StreamPiece:
+    """A piece of a stream as a bar's tooltip names it: the piece and its request."""
+
+    def __init__(self, piece, request: int):
+        self.device, self.tasks, self.first_task = piece.device, piece.tasks, piece.first_task
+        self.index = f"{piece.index} (request {request})"
+
+
 def _title(report) -> str:
-    return (f"{report.model} batch {report.batch_size}: measured {report.measured_s * 1e3:.4g} ms, predicted "
-            f"{report.predicted_s * 1e3:.4g} ms (ratio {report.ratio:.3f}), outputs "
+    per = f" per request in a stream of {report.requests}" if report.stream else ""
+    load = " (largest device load)" if report.stream else ""
+    return (f"{report.model} batch {report.batch_size}: measured {report.measured_s * 1e3:.4g} ms{per}, predicted "
+            f"{report.predicted_s * 1e3:.4g} ms{load} (ratio {report.ratio:.3f}), outputs "
             f"{'match' if report.outputs_match else 'DIFFER'}")
 
 
@@ -70,7 +99,7 @@ def _matplotlib(report, fmt: str) -> bytes:
                        facecolors=[c for *_, c in bars], edgecolor="white", linewidth=0.3)
     ax.set_yticks(range(len(rows)), [label for label, _ in rows])
     ax.invert_yaxis()
-    ax.set_xlabel("time since the request started (ms)")
+    ax.set_xlabel("time since the stream started (ms)" if report.stream else "time since the request started (ms)")
     ax.set_title(_title(report), fontsize=9)
     fig.tight_layout()
     buffer = io.BytesIO()
@@ -108,6 +137,10 @@ def _page(report) -> str:
             "</title><style>body{font-family:sans-serif;margin:16px} th{text-align:left;padding-right:12px}"
             "</style></head><body>"
             f"<h1 style=\"font-size:16px\">{html.escape(_title(report))}</h1>"
-            f"<p>Grey: the plan's prediction of each piece; blue: the median measured start and duration.</p>"
+            + ("<p>One timed run of the stream, each piece coloured by its request (colours repeat every "
+               f"{len(REQUEST_COLOURS)}): each device works on its own request while the others work on theirs.</p>"
+               if report.stream else
+               "<p>Grey: the plan's prediction of each piece; blue: the median measured start and duration.</p>")
+            +
             f"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\">{''.join(parts)}"
             f"{axis}</svg><table>{facts}</table></body></html>")

@@ -1,6 +1,13 @@
 """Run a cut program: a worker per plan device, each running its pieces in the plan's order (the calling
 thread is the first device's worker, a thread each for the others).
 
+A run is one request, or a *stream* of several (a pipeline plan): each worker runs its pieces slot by slot,
+piece ``p`` of request ``r`` in slot ``r + stage(p)`` (:func:`~diviml.runtime._pieces.piece_stages`), without
+waiting for the other workers to finish a slot, so while one device works on a request the devices before it
+in the pipeline are already on the next ones. A value from another device comes from an earlier slot, and a
+device runs its own slot's pieces in its order, so a waiting worker always waits for a worker in an earlier
+slot: none can wait on another in a cycle.
+
 A CPU device's worker runs with the device's intra-op thread count; a GPU device's worker on a CUDA stream
 of its own, synchronised at the end of each piece before its outputs are released. A value goes to another
 device by a real copy (``Tensor.to(..., non_blocking=True)``); host CPUs of one process share memory, so
@@ -27,16 +34,31 @@ class PieceRun:
     index: int
     start: float  # seconds from the run's start
     finish: float
+    request: int = 0  # which request of a stream
+
+
+class _Request:
+    """One request's values in flight: what each device holds, an event per value another device waits on,
+    and a lock per value received from another rank (received once however many local devices read it)."""
+
+    def __init__(self, base: dict, awaited: set[str], inputs: tuple[str, ...]):
+        self.values = dict(base)
+        self.ready = {v: threading.Event() for v in awaited}
+        for v in inputs:
+            if v in self.ready:
+                self.ready[v].set()
+        self.received: dict[str, threading.Lock] = {}
 
 
 class Executor:
     """Persistent workers for the local devices of a program; :meth:`run` runs it once and times it."""
 
     def __init__(self, program, torch_device: dict, threads: dict, state: dict, inputs: dict, comm=None,
-                 local: set[str] | None = None):
+                 local: set[str] | None = None, stages: dict | None = None):
         import torch
         self.torch = torch
         self.program = program
+        self.stages = stages or {}  # (device, piece index) -> its stage in a stream; none: every piece at 0
         self.torch_device = torch_device  # plan device -> torch.device
         self.threads = threads  # plan device -> intra-op threads or None
         self.local = set(program.pieces) if local is None else set(local)
@@ -85,23 +107,23 @@ class Executor:
             t.start()
 
     # -- one run ------------------------------------------------------------------------------------
-    def run(self) -> tuple[dict, list[PieceRun], float]:
-        """Run once: (values of the program's results held here, piece timings, wall seconds)."""
-        self.values = dict(self.base)
-        self.ready = {v: threading.Event() for v in self.awaited}
-        for v in self.program.inputs:
-            if v in self.ready:
-                self.ready[v].set()
-        self.received: dict[str, threading.Lock] = {}
+    def run(self, requests: int = 1) -> tuple[list[dict], list[PieceRun], float]:
+        """Run ``requests`` requests of the same inputs as one stream: (per request, the values of the
+        program's results held here; piece timings; wall seconds of the whole run)."""
+        self.requests = [_Request(self.base, self.awaited, self.program.inputs) for _ in range(requests)]
+        # each device's (slot, piece index, request) in the order it runs them
+        self.sequence = {d: sorted((r + self.stages.get((d, p.index), 0), p.index, r) for r in range(requests)
+                                   for p in ps) for d, ps in self.program.pieces.items()}
         self.timings: list[PieceRun] = []
         self.errors: list[BaseException] = []
         self.sends: list = []
         self.t0 = time.perf_counter()
-        if self.comm is not None:  # user inputs held here that another rank reads: sent as the request starts
-            for v in self.program.inputs:
-                d = self.program.producer[v]
-                if d in self.local:
-                    self.sends.extend(self.comm.send(v, self.base[v, str(self.torch_device[d])]))
+        if self.comm is not None:  # user inputs held here that another rank reads: sent as the stream starts
+            for _ in range(requests):
+                for v in self.program.inputs:
+                    d = self.program.producer[v]
+                    if d in self.local:
+                        self.sends.extend(self.comm.send(v, self.base[v, str(self.torch_device[d])]))
         self._go.wait()
         if self._own is not None:
             own_threads = self.threads.get(self._own)
@@ -114,11 +136,10 @@ class Executor:
             raise self.errors[0]
         for work in self.sends:
             work.wait()
-        results = {}
-        for v in self.program.results:
-            d = self.program.producer[v]
-            if d in self.local:
-                results[v] = self.values[v, str(self.torch_device[d])]
+        held = [(v, str(self.torch_device[self.program.producer[v]])) for v in self.program.results
+                if self.program.producer[v] in self.local]
+        results = [{v: request.values[v, key] for v, key in held} for request in self.requests]
+        self.requests = []  # a stream's values are not kept between runs
         return results, sorted(self.timings, key=lambda r: r.start), wall
 
     def close(self) -> None:
@@ -146,19 +167,21 @@ class Executor:
             self._done.wait()
 
     def _run_pieces(self, device: str, stream) -> None:
-        """One device's pieces of this request, in the plan's order; a failure stops the other workers."""
+        """One device's pieces of each request in turn, in the plan's order; a failure stops the other workers."""
         torch = self.torch
         target = self.torch_device[device]
         key = str(target)
-        values, ready, comm, timings = self.values, self.ready, self.comm, self.timings
+        comm, timings, pieces = self.comm, self.timings, self.program.pieces[device]
         clock, t0 = time.perf_counter, self.t0
         try:
             with torch.no_grad():
-                for piece in self.program.pieces[device]:
-                    call = self.calls[device, piece.index]
+                for _, index, r in self.sequence[device]:
+                    piece, request = pieces[index], self.requests[r]
+                    values, ready = request.values, request.ready
+                    call = self.calls[device, index]
                     if stream is not None:
                         with torch.cuda.stream(stream):  # copies in and the piece on one stream
-                            args = [self._value(v, target) for v in piece.inputs]
+                            args = [self._value(v, target, request) for v in piece.inputs]
                             start = clock()
                             out = call(*args)
                         stream.synchronize()
@@ -166,7 +189,7 @@ class Executor:
                         args = []
                         for v in piece.inputs:  # held here already, else from another device: wait, copy
                             a = values.get((v, key))
-                            args.append(a if a is not None else self._value(v, target))
+                            args.append(a if a is not None else self._value(v, target, request))
                         start = clock()
                         out = call(*args)
                     finish = clock()
@@ -177,39 +200,42 @@ class Executor:
                             event.set()
                         if comm is not None:
                             self.sends.extend(comm.send(v, value))
-                    for v in self._frees.get((device, piece.index), ()):
+                    for v in self._frees.get((device, index), ()):
                         del values[v, key]
-                    timings.append(PieceRun(device, piece.index, start - t0, finish - t0))
+                    timings.append(PieceRun(device, index, start - t0, finish - t0, r))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller of run()
             if not isinstance(exc, _Aborted):
                 self.errors.append(exc)
-            for e in self.ready.values():
-                e.set()
+            for request in self.requests:
+                for e in request.ready.values():
+                    e.set()
 
-    def _value(self, name: str, target):
+    def _value(self, name: str, target, request: _Request):
         key = (name, str(target))
-        value = self.values.get(key)
+        value = request.values.get(key)
         if value is not None:
             return value
         producer = self.program.producer.get(name)
         if producer is not None and producer not in self.local:
-            value = self._receive(name)
+            value = self._receive(name, request)
         else:
-            event = self.ready[name]
+            event = request.ready[name]
             event.wait()
             if self.errors:
                 raise _Aborted()
-            value = self.values[name, str(self.torch_device[producer])]
+            value = request.values[name, str(self.torch_device[producer])]
         copied = _to(self.torch, value, target)
-        self.values[key] = copied
+        request.values[key] = copied
         return copied
 
-    def _receive(self, name: str):
-        lock = self.received.setdefault(name, threading.Lock())
+    def _receive(self, name: str, request: _Request):
+        """A value from another rank, received once per request. Each value has one tag and every reader takes
+        the requests in order, so the receives of one value come in the order its sends went."""
+        lock = request.received.setdefault(name, threading.Lock())
         with lock:
-            value = self.values.get((name, "remote"))
+            value = request.values.get((name, "remote"))
             if value is None:
-                value = self.values[name, "remote"] = self.comm.recv(name)
+                value = request.values[name, "remote"] = self.comm.recv(name)
         return value
 
 

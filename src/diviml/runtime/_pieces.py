@@ -135,3 +135,36 @@ def _piece(gm, nodes, names: list[str], device: str, index: int, tasks: tuple[st
     outputs = tuple(n for n in names if consumers.get(n, set()) - inside)  # read by a later piece or returned
     graph.output(tuple(env[n] for n in outputs))
     return Piece(device, index, tasks, torch.fx.GraphModule(gm, graph), tuple(inputs), outputs)
+
+
+def piece_stages(program: Program) -> dict[tuple[str, int], int]:
+    """Each piece's *stage* in a stream of requests: the most device changes on any path of values into it
+    (a piece reading only its own device's values, or none, is at its producers' stage; one reading another
+    device's value is one stage past it).
+
+    A worker streaming requests runs piece ``p`` of request ``r`` in *slot* ``r + stage(p)``, its slots in
+    turn. A value from another device then always comes from an earlier slot, so in steady state every device
+    runs a whole request's worth of its pieces each slot, each for its own request, and waits for no device
+    within it: a request every slot, at the pace of the most loaded device, as a pipeline plan's objective
+    has it. Run one request after another instead, a plan whose values go back and forth between devices
+    would run each request at its latency. The pieces are walked in producer order (Kahn), not recursively,
+    so a program of thousands of pieces is fine."""
+    made_by = {v: (d, p.index) for d, ps in program.pieces.items() for p in ps for v in p.outputs}
+    feeds: dict[tuple[str, int], list[tuple[tuple[str, int], int]]] = {}  # piece -> [(reader, step)]
+    waiting: dict[tuple[str, int], int] = {}
+    for d, ps in program.pieces.items():
+        for p in ps:
+            sources = {made_by[v] for v in p.inputs if v in made_by} - {(d, p.index)}
+            waiting[d, p.index] = len(sources)
+            for s in sources:
+                feeds.setdefault(s, []).append(((d, p.index), int(s[0] != d)))
+    stage = {k: 0 for k in waiting}
+    ready = [k for k, n in waiting.items() if n == 0]
+    while ready:
+        k = ready.pop()
+        for reader, step in feeds.get(k, ()):
+            stage[reader] = max(stage[reader], stage[k] + step)
+            waiting[reader] -= 1
+            if waiting[reader] == 0:
+                ready.append(reader)
+    return stage

@@ -11,7 +11,7 @@ from ..frontends._torch import float32_in_full
 from ..plan import Plan
 from ._dist import Comm, ValueMeta, init, memory_order, rank_of_devices
 from ._execute import Executor
-from ._pieces import cut
+from ._pieces import cut, piece_stages
 from ._rows import split_rows
 from ._source import ModelSource, model_source
 
@@ -23,6 +23,9 @@ TOLERANCE = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5), "float16": (1e-2
 # is off for the run (frontends._torch.float32_in_full), so float32 stays float32
 TOLERANCE_ACROSS_DEVICES = {"float64": (1e-7, 1e-10), "float32": (1e-3, 1e-4), "float16": (2e-2, 2e-3),
                             "bfloat16": (5e-2, 2e-2)}
+
+
+STREAM_REQUESTS = 16  # requests a pipeline plan's run streams, by default
 
 
 def torch_devices(platform, devices: list[str], rank_of: dict[str, int], rank: int) -> dict:
@@ -98,6 +101,9 @@ class _Prepared:
     problem: object
     batch: int
     program: object
+    order: dict  # plan device -> [(task, part)] in the order its worker runs them
+    stages: dict  # (device, piece index) -> stage in a stream (a pipeline plan), else empty
+    requests: int  # requests a run streams: 1, or more for a pipeline plan
     meta: dict
     reference: dict
     tolerance: dict
@@ -110,13 +116,16 @@ class _Prepared:
 
 
 def _prepare(source: ModelSource | str, plan: Plan, platform, problem, batch: int | None, repeats: int, warmup: int,
-             rank: int, world: int, progress) -> _Prepared:
+             rank: int, world: int, progress, requests: int | None = None) -> _Prepared:
     """Check the request, capture the model, cut it by the plan and start the workers (and the ranks)."""
     import torch
 
     if isinstance(source, str):
         source = model_source(source)
     batch = _check_request(source, plan, platform, batch, repeats, warmup)
+    if plan.objective_kind != "pipeline" and requests not in (None, 1):
+        raise InputError(f"--requests streams requests through a pipeline plan; this is a {plan.objective_kind} "
+                         "plan, which runs one request at a time: leave --requests out")
     split = any(len(p) > 1 for p in plan.parts.values())
     rank_of = rank_of_devices(platform, world)
     used = sorted({a.device for a in plan.assignments}, key=list(platform.by_name).index)
@@ -128,7 +137,9 @@ def _prepare(source: ModelSource | str, plan: Plan, platform, problem, batch: in
         torch.set_num_threads(cpu_threads)
     if progress:
         progress(f"capturing {source.name} at batch {batch}")
-    captured, runnable, program = _program(source, plan, problem, batch, split)
+    captured, runnable, program, order = _program(source, plan, problem, batch, split)
+    stages = piece_stages(program) if plan.objective_kind == "pipeline" else {}
+    requests = _stream_requests(stages, requests) if plan.objective_kind == "pipeline" else 1
     values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
     reference, meta = _reference(captured, runnable, program, torch)
     eager = _time_eager(captured, torch, max(3, repeats // 2))
@@ -139,14 +150,14 @@ def _prepare(source: ModelSource | str, plan: Plan, platform, problem, batch: in
     local = {d for d in program.pieces if rank_of[d] == rank}
     executor = Executor(program, {**devices, **{d: torch.device("cpu") for d in program.pieces if d not in devices}},
                         threads, {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs},
-                        comm=comm, local=local)
-    return _Prepared(source, plan, platform, problem, batch, program, meta, reference, tolerance, eager, executor,
-                     comm, used, rank_of, world)
+                        comm=comm, local=local, stages=stages)
+    return _Prepared(source, plan, platform, problem, batch, program, order, stages, requests, meta, reference,
+                     tolerance, eager, executor, comm, used, rank_of, world)
 
 
 def _program(source: ModelSource, plan: Plan, problem, batch: int, split: bool):
     """The model captured at ``batch`` (the same weights on every rank), the program that runs (with a copy of
-    each split task per sub-batch: runtime._rows) and its cut into per-device pieces."""
+    each split task per sub-batch: runtime._rows), its cut into per-device pieces and each device's order."""
     import torch
 
     from ..frontends.pytorch import capture_at
@@ -154,12 +165,30 @@ def _program(source: ModelSource, plan: Plan, problem, batch: int, split: bool):
     captured = capture_at(source.build(), source.inputs, batch)
     if problem is not None:
         _check_edges(captured, problem.graph)
-    order = plan.device_order
-    assert order is not None  # _check_request refuses a plan without one
+    order = plan.device_order or stream_order(captured, plan.placement)
     if split:
         jobs = split_rows(captured, plan.parts, order, batch)
-        return captured, jobs.captured, cut(jobs.captured, jobs.device_order, jobs.task_of)
-    return captured, captured, cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()})
+        return captured, jobs.captured, cut(jobs.captured, jobs.device_order, jobs.task_of), order
+    return captured, captured, cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()}), order
+
+
+def stream_order(captured, placement: dict[str, str]) -> dict[str, list[tuple[str, int]]]:
+    """A pipeline plan's order, which it does not give: each device's tasks in the captured program's order.
+
+    Tasks are named after their fx node, and the program lists a node after every node it reads, so this is
+    one topological order shared by every device: a worker taking the requests in turn, and each request's
+    tasks in this order, only ever waits for work earlier in (request, order), so the stream cannot deadlock.
+    Tasks the plan places but the program lacks come last, so that :func:`~diviml.runtime._pieces.cut`
+    names them (as it names the program's tasks the plan leaves out)."""
+    from ..frontends.pytorch import task_of_nodes
+    tasks = set(task_of_nodes(captured).values())
+    order: dict[str, list[tuple[str, int]]] = {d: [] for d in dict.fromkeys(placement.values())}
+    for node in captured.gm.graph.nodes:
+        if node.name in tasks and node.name in placement:
+            order[placement[node.name]].append((node.name, 0))
+    for task in sorted(set(placement) - tasks):
+        order[placement[task]].append((task, 0))
+    return order
 
 
 def _check_request(source: ModelSource, plan: Plan, platform, batch: int | None, repeats: int, warmup: int) -> int:
@@ -170,9 +199,9 @@ def _check_request(source: ModelSource, plan: Plan, platform, batch: int | None,
     if unknown:
         raise InputError(f"the plan uses devices {unknown} that platform {platform.name!r} lacks: give the "
                          "platform it was scheduled for (--platform)")
-    if plan.device_order is None:
-        raise InputError(f"a {plan.objective_kind} plan has no start times to run in order: run a latency or "
-                         "batch plan")
+    if plan.device_order is None and plan.objective_kind != "pipeline":
+        raise InputError(f"a {plan.objective_kind} plan has no start times to run in order: run a latency, batch "
+                         "or pipeline plan")
     batch = batch or plan.batch_size
     if any(len(p) > 1 for p in plan.parts.values()) and batch != plan.batch_size:
         raise InputError(f"the plan splits tasks into sub-batches of a batch of {plan.batch_size}: run it at that "
@@ -181,6 +210,20 @@ def _check_request(source: ModelSource, plan: Plan, platform, batch: int | None,
         raise InputError(f"the model's factory gives inputs of batch {source.batch_fixed} but the plan is for "
                          f"batch {batch}: profile and schedule at the factory's batch")
     return batch
+
+
+def _stream_requests(stages: dict, requests: int | None) -> int:
+    """How many requests a pipeline plan's run streams. Its time per request is measured over the slots in
+    which every piece runs (runtime._run.stream_period), from slot D (the deepest stage) to the last request's
+    slot, so at least D + 2 requests; by default twice D + 1, and at least 16."""
+    depth = max(stages.values(), default=0)
+    if requests is None:
+        return max(STREAM_REQUESTS, 2 * (depth + 1))
+    if requests < depth + 2:
+        raise InputError(f"--requests {requests} is too few for this pipeline: its values cross devices {depth} "
+                         f"time(s) in a row, so only its slots from the {depth + 1}th on are full; give at least "
+                         f"--requests {depth + 2} (more measure the steady state better)")
+    return requests
 
 
 def _check_edges(captured, graph) -> None:

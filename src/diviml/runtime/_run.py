@@ -37,7 +37,7 @@ class RunReport:
     devices: dict  # plan device -> "rank R: torch device"
     pieces: int
     predicted_s: float
-    measured_s: float  # median wall time of one request (latency) or batch
+    measured_s: float  # median wall time of one request (latency) or batch; a pipeline's time per request
     measured_min_s: float
     measured_max_s: float
     ratio: float  # measured / predicted
@@ -50,6 +50,8 @@ class RunReport:
     handoffs: tuple[Handoff, ...] = ()  # what crossing devices added before pieces: receives and sends
     notes: tuple[str, ...] = ()
     samples_s: tuple[float, ...] = field(default=(), repr=False)
+    requests: int = 1  # requests each run streamed (a pipeline plan), else 1
+    stream: tuple = field(default=(), repr=False)  # a stream's pieces in its median run (PieceRun), else ()
 
     @property
     def throughput(self) -> float:
@@ -62,19 +64,24 @@ class RunReport:
                 "measured_min_s": self.measured_min_s, "measured_max_s": self.measured_max_s,
                 "ratio": self.ratio, "outputs_match": self.outputs_match, "max_abs_error": self.max_abs_error,
                 "eager_s": self.eager_s, "throughput_per_s": self.throughput, "repeats": self.repeats,
-                "warmup": self.warmup, "notes": list(self.notes), "samples_s": list(self.samples_s),
+                "warmup": self.warmup, "requests": self.requests, "notes": list(self.notes),
+                "samples_s": list(self.samples_s),
                 "piece_reports": [p.__dict__ for p in self.piece_reports],
                 "handoffs": [h.__dict__ for h in self.handoffs]}
 
 
 def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch: int | None = None,
-        repeats: int = 10, warmup: int = 3, rank: int = 0, world: int = 1, progress=None) -> RunReport:
+        repeats: int = 10, warmup: int = 3, rank: int = 0, world: int = 1, progress=None,
+        requests: int | None = None) -> RunReport:
     """Cut the model by ``plan``, run it ``warmup + repeats`` times on ``platform``'s devices, check every
     run's outputs against the unsplit module and report measured beside predicted (``plan.objective``).
 
+    A pipeline plan's run streams ``requests`` requests (default 16) through its devices, each device on the
+    next request as soon as it is done with one, and measures its time per request in that stream: from the
+    first request's end to the last's, over the requests between (its prediction: the largest device load).
     ``problem`` (the plan's problem) gives each piece's predicted time; ``world`` > 1 runs this process as
     rank ``rank`` of a torch.distributed job (see :func:`~diviml.runtime._dist.rank_of_devices`)."""
-    prepared = _prepare(source, plan, platform, problem, batch, repeats, warmup, rank, world, progress)
+    prepared = _prepare(source, plan, platform, problem, batch, repeats, warmup, rank, world, progress, requests)
     timed = _Timed()
     try:
         for i in range(warmup + repeats):
@@ -87,16 +94,17 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
 
 
 def run_beside(source: ModelSource | str, plans: tuple[Plan, Plan], platform, *, problem=None,
-               batch: int | None = None, repeats: int = 10, warmup: int = 3, progress=None
-               ) -> tuple[RunReport, RunReport]:
+               batch: int | None = None, repeats: int = 10, warmup: int = 3, progress=None,
+               requests: int | None = None) -> tuple[RunReport, RunReport]:
     """Two plans of one model run in turn in this process, each ``warmup`` times and then ``repeats`` times in
     blocks (A B B A ...), so that what one process's state does to a run's time (its threads, its device's
     clocks, its place on the cores) falls on both alike: a ratio of their times compares the plans, not two
     processes. On a lent H100 the same one-piece plan measured 8.7 and 5.1 ms in two processes a minute
     apart (benchmarks/results/runtime_fidelity_h100.md)."""
-    first = _prepare(source, plans[0], platform, problem, batch, repeats, warmup, 0, 1, progress)
+    first = _prepare(source, plans[0], platform, problem, batch, repeats, warmup, 0, 1, progress, requests)
     try:
-        second = _prepare(first.source, plans[1], platform, problem, first.batch, repeats, warmup, 0, 1, progress)
+        second = _prepare(first.source, plans[1], platform, problem, first.batch, repeats, warmup, 0, 1, progress,
+                          requests)
     except BaseException:
         first.executor.close()
         raise
@@ -135,8 +143,9 @@ def _report(prepared: _Prepared, timed: "_Timed", repeats: int, warmup: int) -> 
                               "runtime is wrong; report it with the plan")
     samples = timed.samples
     measured = statistics.median(samples)
-    predicted, spans = _predicted(p.problem, p.plan, p.plan.device_order, notes)
-    lead, handoffs = piece_waits(p.program, runs, lambda v: _nbytes(p.meta.get(v)))
+    predicted, spans = _predicted(p.problem, p.plan, p.order, notes)
+    firsts = [[r for r in timings if r.request == 0] for timings in runs]  # a stream's first request
+    lead, handoffs = piece_waits(p.program, firsts, lambda v: _nbytes(p.meta.get(v)))
     if not one_host:
         handoffs = tuple(h for h in handoffs if p.rank_of.get(h.src) == p.rank_of.get(h.dst))
     pieces = _piece_reports(p.program, runs, spans, lead)
@@ -146,7 +155,8 @@ def _report(prepared: _Prepared, timed: "_Timed", repeats: int, warmup: int) -> 
     return RunReport(p.source.name, p.batch, p.plan.objective_kind, p.world, _placed(p.platform, p.used, p.rank_of),
                      sum(len(x) for x in p.program.pieces.values()), predicted, measured, min(samples), max(samples),
                      measured / predicted if predicted > 0 else math.inf, timed.match, timed.worst, p.eager, repeats,
-                     warmup, pieces, handoffs, tuple(notes), tuple(samples))
+                     warmup, pieces, handoffs, tuple(notes), tuple(samples), p.requests,
+                     _median_stream(runs, samples, measured) if p.requests > 1 else ())
 
 
 @dataclass
@@ -168,9 +178,12 @@ def _one_run(prepared: _Prepared, timed: _Timed, keep: bool) -> None:
     comm, executor = prepared.comm, prepared.executor
     if comm is not None:
         torch.distributed.barrier()
-    results, timings, wall = executor.run()
-    ok, err = _compare(results, prepared.reference, prepared.tolerance, torch)
-    timed.match, timed.worst = timed.match and ok, max(timed.worst, err)
+    results, timings, wall = executor.run(prepared.requests)
+    for request in results:
+        ok, err = _compare(request, prepared.reference, prepared.tolerance, torch)
+        timed.match, timed.worst = timed.match and ok, max(timed.worst, err)
+    if prepared.requests > 1:
+        wall = stream_period(timings, prepared.stages, prepared.requests)
     if comm is not None:
         wall, timed.match, timed.worst = _agree(torch, wall, timed.match, timed.worst)
     timed.last = wall
@@ -178,6 +191,29 @@ def _one_run(prepared: _Prepared, timed: _Timed, keep: bool) -> None:
         timed.samples.append(wall)
         timed.runs.append(timings)
         timed.t0s.append(executor.t0)
+
+
+def _median_stream(runs: list, samples: list, measured: float) -> tuple:
+    """The pieces of the timed run whose time per request is nearest the median: the stream drawn."""
+    k = min(range(len(samples)), key=lambda i: abs(samples[i] - measured))
+    return tuple(sorted(runs[k], key=lambda r: r.start))
+
+
+def stream_period(timings, stages: dict, requests: int) -> float:
+    """A stream's time per request in its steady state: the time between the ends of its full slots, from
+    slot D (the deepest stage: the first in which every piece runs) to slot ``requests - 1`` (the last), over
+    the slots between; each full slot completes one request's worth of work on every device, as a pipeline
+    plan's objective (its largest device load) predicts. The slots before fill the pipeline and those after
+    drain it. On several ranks each rank measures its own pieces; the slowest rank's figure is the run's."""
+    depth = max(stages.values(), default=0)
+    end: dict[int, float] = {}
+    for r in timings:
+        slot = r.request + stages.get((r.device, r.index), 0)
+        end[slot] = max(end.get(slot, 0.0), r.finish)
+    first, last = depth, requests - 1
+    if first not in end or last not in end or last <= first:
+        return 0.0
+    return max(0.0, end[last] - end[first]) / (last - first)
 
 
 def _on_one_clock(torch, world: int, t0s: list, runs: list, notes: list) -> tuple[list, bool]:
@@ -198,16 +234,19 @@ def _on_one_clock(torch, world: int, t0s: list, runs: list, notes: list) -> tupl
 
 def _predicted(problem, plan: Plan, order: dict, notes: list) -> tuple[float, dict | None]:
     """The predicted time and each job's predicted span: the plan's device order re-timed on the given graph
-    (it may be a calibrated one), or the plan's own objective without one."""
+    (it may be a calibrated one), or the plan's own objective without one. A pipeline plan's time is its
+    largest device load on that graph; its spans are those of one request alone in the run's order."""
     if problem is None:
         return plan.objective, None
-    from ..simulate import schedule
+    from ..simulate import pipeline_loads, schedule
     timed = schedule(problem, plan.parts, order)
     part = {(t, off): k for t, p in plan.parts.items() for k, off in enumerate(sample_offsets([b for _, b in p]))}
     spans = {job_id(j.task, part[j.task, j.offset], plan.parts): (j.start, j.finish) for j in timed.jobs}
-    if abs(timed.makespan - plan.objective) > 1e-9 * max(plan.objective, 1e-12):
-        notes.append(f"predicted on the given graph: {timed.makespan:.6g} s (the plan said {plan.objective:.6g} s)")
-    return timed.makespan, spans
+    predicted = pipeline_loads(problem, plan.placement).objective if plan.objective_kind == "pipeline" \
+        else timed.makespan
+    if abs(predicted - plan.objective) > 1e-9 * max(plan.objective, 1e-12):
+        notes.append(f"predicted on the given graph: {predicted:.6g} s (the plan said {plan.objective:.6g} s)")
+    return predicted, spans
 
 
 def _compare(results: dict, reference: dict, tolerance: dict, torch) -> tuple[bool, float]:
@@ -256,13 +295,14 @@ def _piece_reports(program, runs, spans: dict | None, lead: dict) -> tuple[Piece
             seen = [r for timings in runs for r in timings if r.device == device and r.index == p.index]
             if not seen:
                 continue
+            firsts = [r for r in seen if r.request == 0]  # where a stream's first request ran it
             pred_start = pred = None
             timed = [spans[t] for t in p.tasks if t in spans] if spans is not None else []  # a join is untimed
             if timed:
                 pred_start = min(start for start, _ in timed)
                 pred = max(finish for _, finish in timed) - pred_start
             out.append(PieceReport(device, p.index, len(p.tasks), p.tasks[0],
-                                   statistics.median(r.start for r in seen),
+                                   statistics.median(r.start for r in firsts),
                                    statistics.median(r.finish - r.start for r in seen), pred_start, pred,
                                    lead.get((device, p.index), 0.0)))
     return tuple(sorted(out, key=lambda r: r.measured_start_s))
