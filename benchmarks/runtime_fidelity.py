@@ -298,7 +298,7 @@ def overhead(models: list[str], runs: int, device: str = "cpu", min_time: float 
         for max_tasks in (None, 1):
             program = cut(captured, {"worker0": tasks}, max_tasks=max_tasks)
             executors.append(Executor(program, {"worker0": target}, {"worker0": 1},
-                                      {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs}))
+                                      {v: values[v] for v in program.state}, [{v: values[v] for v in program.inputs}]))
         calls = [lambda: (captured.gm(*captured.args), sync())] + [e.run for e in executors]
         samples: list[list[float]] = [[] for _ in calls]
         with torch.no_grad():

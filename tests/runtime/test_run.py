@@ -149,9 +149,9 @@ def run_once(program, captured):
     from diviml.runtime._execute import Executor
     values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
     executor = Executor(program, {d: torch.device("cpu") for d in program.pieces}, {d: 1 for d in program.pieces},
-                        {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs})
+                        {v: values[v] for v in program.state}, [{v: values[v] for v in program.inputs}])
     try:
-        results, timings, _ = executor.run()
+        (results,), timings, _ = executor.run()
     finally:
         executor.close()
     with torch.no_grad():

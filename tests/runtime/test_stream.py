@@ -141,6 +141,22 @@ def test_run_streams_a_pipeline_plan_and_draws_the_stream(gpt_pipeline):
     assert text.returncode == 0 and "per request in streams of 16" in text.stdout, text.stderr
 
 
+@pytest.mark.slow  # over 20 s on 2 cores: the README's test command runs it after the rest
+def test_a_stream_over_two_gloo_ranks_hands_each_request_its_own_values(gpt_pipeline, gpt):
+    # values go back and forth between the ranks, and the requests alternate two inputs: a value received for
+    # the wrong request would give the wrong outputs
+    d = gpt_pipeline
+    placement = random_placement(gpt, seed=5)
+    pipeline_plan(gpt, placement).save(d / "random.json")
+    depth = max(piece_stages(program_of("gpt-tiny", placement)).values())
+    for plan, requests in (("plan.json", 4), ("random.json", depth + 2)):
+        r = cli("run", "gpt-tiny", d / plan, "--platform", "cpu-workers-2", "--nproc", "2", "--repeats", "1",
+                "--warmup", "0", "--requests", requests, "--json", "--quiet")
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["outputs_match"] is True and out["world_size"] == 2 and out["requests"] == requests
+
+
 def test_bad_stream_requests_are_one_line_and_exit_2_with_nothing_written(gpt_pipeline, gpt, tmp_path):
     d = gpt_pipeline
     latency = diviml.solve(Problem(gpt.graph, CPU2, Objective("latency")), "heft", time_limit=10)
@@ -154,3 +170,30 @@ def test_bad_stream_requests_are_one_line_and_exit_2_with_nothing_written(gpt_pi
         assert r.returncode == 2, (extra, r.stderr)
         assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "t.json").exists() and not (tmp_path / "c.json").exists()
+
+
+def test_a_streams_requests_alternate_two_inputs_and_each_gets_its_own_outputs(mlp):
+    import torch
+
+    from diviml.runtime._execute import Executor
+    from diviml.runtime._prepare import _varied
+    source, problem = mlp
+    placement = diviml.solve(problem, "dp", time_limit=30).placement
+    captured = capture_at(source.build(), source.inputs, 256)
+    order = stream_order(captured, placement)
+    program = cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()})
+    values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
+    first = {v: values[v] for v in program.inputs}
+    second = _varied(torch, first)
+    executor = Executor(program, {d: torch.device("cpu") for d in program.pieces}, {d: 1 for d in program.pieces},
+                        {v: values[v] for v in program.state}, [first, second], stages=piece_stages(program))
+    try:
+        results, _, _ = executor.run(4)
+    finally:
+        executor.close()
+    (out,) = program.results
+    with torch.no_grad():
+        expected = [source.build()(*[given[v] for v in program.inputs]) for given in (first, second)]
+    assert not torch.allclose(expected[0], expected[1])
+    for r, got in enumerate(results):
+        torch.testing.assert_close(got[out], expected[r % 2])

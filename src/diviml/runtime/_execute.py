@@ -42,7 +42,7 @@ class _Request:
     and a lock per value received from another rank (received once however many local devices read it)."""
 
     def __init__(self, base: dict, awaited: set[str], inputs: tuple[str, ...]):
-        self.values = dict(base)
+        self.values = dict(base)  # state, and this request's user inputs, on the devices that read them
         self.ready = {v: threading.Event() for v in awaited}
         for v in inputs:
             if v in self.ready:
@@ -53,7 +53,7 @@ class _Request:
 class Executor:
     """Persistent workers for the local devices of a program; :meth:`run` runs it once and times it."""
 
-    def __init__(self, program, torch_device: dict, threads: dict, state: dict, inputs: dict, comm=None,
+    def __init__(self, program, torch_device: dict, threads: dict, state: dict, inputs: list[dict], comm=None,
                  local: set[str] | None = None, stages: dict | None = None):
         import torch
         self.torch = torch
@@ -68,8 +68,7 @@ class Executor:
         self.awaited = {v for d, ps in program.pieces.items() for p in ps for v in p.inputs
                         if program.producer.get(v, d) != d}
         self._frees = _frees(program, self.awaited)
-        # state (parameters, buffers, constants) placed once on every device that reads it; user inputs on the
-        # device the plan gives their task
+        # state (parameters, buffers, constants) placed once on every device that reads it
         self.base: dict[tuple[str, str], object] = {}
         for d in self.local:
             key = str(torch_device[d])
@@ -77,10 +76,15 @@ class Executor:
                 for v in p.inputs:
                     if v in state and (v, key) not in self.base:
                         self.base[v, key] = _to(torch, state[v], torch_device[d])
-        for v in program.inputs:
-            d = program.producer[v]
-            if d in self.local:
-                self.base[v, str(torch_device[d])] = _to(torch, inputs[v], torch_device[d])
+        # user inputs on the device the plan gives their task: request r reads set r % len(inputs)
+        self.bases = []
+        for given in inputs:
+            base = dict(self.base)
+            for v in program.inputs:
+                d = program.producer[v]
+                if d in self.local:
+                    base[v, str(torch_device[d])] = _to(torch, given[v], torch_device[d])
+            self.bases.append(base)
         # a piece's own weights (a torch.fx capture keeps them in its modules) on the piece's device: a copy of
         # the piece there, so the captured module and the pieces of other devices keep theirs
         self.calls = {}
@@ -110,7 +114,8 @@ class Executor:
     def run(self, requests: int = 1) -> tuple[list[dict], list[PieceRun], float]:
         """Run ``requests`` requests of the same inputs as one stream: (per request, the values of the
         program's results held here; piece timings; wall seconds of the whole run)."""
-        self.requests = [_Request(self.base, self.awaited, self.program.inputs) for _ in range(requests)]
+        self.requests = [_Request(self.bases[r % len(self.bases)], self.awaited, self.program.inputs)
+                         for r in range(requests)]
         # each device's (slot, piece index, request) in the order it runs them
         self.sequence = {d: sorted((r + self.stages.get((d, p.index), 0), p.index, r) for r in range(requests)
                                    for p in ps) for d, ps in self.program.pieces.items()}
@@ -119,11 +124,11 @@ class Executor:
         self.sends: list = []
         self.t0 = time.perf_counter()
         if self.comm is not None:  # user inputs held here that another rank reads: sent as the stream starts
-            for _ in range(requests):
+            for request in self.requests:
                 for v in self.program.inputs:
                     d = self.program.producer[v]
                     if d in self.local:
-                        self.sends.extend(self.comm.send(v, self.base[v, str(self.torch_device[d])]))
+                        self.sends.extend(self.comm.send(v, request.values[v, str(self.torch_device[d])]))
         self._go.wait()
         if self._own is not None:
             own_threads = self.threads.get(self._own)

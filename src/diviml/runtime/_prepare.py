@@ -105,7 +105,7 @@ class _Prepared:
     stages: dict  # (device, piece index) -> stage in a stream (a pipeline plan), else empty
     requests: int  # requests a run streams: 1, or more for a pipeline plan
     meta: dict
-    reference: dict
+    references: list  # the unsplit module's results for each set of inputs (a stream alternates two)
     tolerance: dict
     eager: float
     executor: Executor
@@ -142,6 +142,11 @@ def _prepare(source: ModelSource | str, plan: Plan, platform, problem, batch: in
     requests = _stream_requests(stages, requests) if plan.objective_kind == "pipeline" else 1
     values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
     reference, meta = _reference(captured, runnable, program, torch)
+    inputs = [{v: values[v] for v in program.inputs}]
+    references = [reference]
+    if requests > 1:  # a stream alternates two sets of inputs, so a value handed to the wrong request shows
+        inputs.append(_varied(torch, inputs[0]))
+        references.append(_results(captured, program, inputs[1], torch))
     eager = _time_eager(captured, torch, max(3, repeats // 2))
     comm = None
     if world > 1:
@@ -149,9 +154,8 @@ def _prepare(source: ModelSource | str, plan: Plan, platform, problem, batch: in
         comm = Comm(program, rank_of, rank, meta)
     local = {d for d in program.pieces if rank_of[d] == rank}
     executor = Executor(program, {**devices, **{d: torch.device("cpu") for d in program.pieces if d not in devices}},
-                        threads, {v: values[v] for v in program.state}, {v: values[v] for v in program.inputs},
-                        comm=comm, local=local, stages=stages)
-    return _Prepared(source, plan, platform, problem, batch, program, order, stages, requests, meta, reference,
+                        threads, {v: values[v] for v in program.state}, inputs, comm=comm, local=local, stages=stages)
+    return _Prepared(source, plan, platform, problem, batch, program, order, stages, requests, meta, references,
                      tolerance, eager, executor, comm, used, rank_of, world)
 
 
@@ -257,6 +261,30 @@ def _reference(captured, runnable, program, torch):
         out = captured.gm(*captured.args)
     flat, _ = torch.utils._pytree.tree_flatten(out)
     return dict(zip(program.results, flat)), meta
+
+
+def _varied(torch, inputs: dict) -> dict:
+    """Other inputs of the same shapes and kinds: floating-point values moved by seeded noise (the same on
+    every rank), integers (token ids, indices) rolled by one along their last dimension, anything else kept."""
+    generator = torch.Generator().manual_seed(1)
+    out = {}
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
+            noise = torch.randn(value.shape, generator=generator, dtype=torch.float64).to(value.dtype)
+            out[name] = value + 0.5 * noise.to(value.device)
+        elif isinstance(value, torch.Tensor) and value.dim() > 0 and value.dtype != torch.bool:
+            out[name] = value.roll(1, dims=-1)
+        else:
+            out[name] = value
+    return out
+
+
+def _results(captured, program, inputs: dict, torch) -> dict:
+    """The unsplit module's flat results for ``inputs`` (user inputs by name; the state as captured)."""
+    names = [n.name for n in captured.gm.graph.nodes if n.op == "placeholder"]
+    with torch.no_grad():
+        out = captured.gm(*[inputs.get(n, a) for n, a in zip(names, captured.args)])
+    return dict(zip(program.results, torch.utils._pytree.tree_flatten(out)[0]))
 
 
 def _time_eager(captured, torch, repeats: int) -> float:
