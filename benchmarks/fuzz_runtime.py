@@ -1,8 +1,10 @@
 """Fuzzing the runtime: random plans for zoo models run over `cpu-workers-2`, their outputs checked.
 
-For each model and seed: a random latency plan (every task on a worker drawn at random) and a random batch
+For each model and seed: a random latency plan (every task on a worker drawn at random), a random batch
 plan for a batch of 4 (one split drawn for every task, a split drawn per task, or a few tasks split and the
-rest whole on a worker drawn at random), each timed by the simulator, validated and run once by the runtime.
+rest whole on a worker drawn at random), each timed by the simulator, validated and run once by the runtime,
+and a random pipeline plan (every task on a worker drawn at random), run once as a stream of as few requests
+as fill it (its values go back and forth between the workers, so its stages are deep).
 A plan must give the unsplit module's outputs or be refused in one clear line (`InputError`: a split that
 would cut a value whose samples the runtime cannot locate); anything else (a mismatch, a crash, another
 error) is a finding. Prints each outcome, then a table of counts written to benchmarks/results/fuzz_runtime.md.
@@ -33,9 +35,11 @@ from pathlib import Path
 from diviml import InputError, Objective, Problem, preset
 from diviml.frontends.pytorch import profile_zoo
 from diviml.runtime import run
+from diviml.runtime._pieces import piece_stages
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "runtime"))
 from test_rows import plan_from_parts  # noqa: E402  (the runtime tests' plans: simulated, then validated)
+from test_stream import pipeline_plan, program_of  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "fuzz_runtime.md"
 MODELS = ["gpt-tiny", "bert-tiny", "llama-tiny", "randwire-er-s1", "randwire-ba-s2", "resnet18", "mobilenet_v3_large",
@@ -52,8 +56,8 @@ def random_split(rng: random.Random, batch: int) -> list[tuple[str, int]]:
 
 def random_parts(rng: random.Random, problem: Problem) -> tuple[str, dict]:
     tasks = problem.graph.tasks
-    if problem.objective.kind == "latency":
-        return "latency", {t.id: [(rng.choice(WORKERS), 1)] for t in tasks}
+    if problem.objective.kind in ("latency", "pipeline"):
+        return problem.objective.kind, {t.id: [(rng.choice(WORKERS), 1)] for t in tasks}
     style = rng.choice(["one split", "a split per task", "a few split"])
     if style == "one split":
         split = random_split(rng, BATCH)
@@ -64,9 +68,18 @@ def random_parts(rng: random.Random, problem: Problem) -> tuple[str, dict]:
                    for t in tasks}
 
 
+def plan_of(name: str, problem: Problem, parts: dict):
+    """The plan to run and, for a pipeline plan, the requests that fill its stream (else None)."""
+    if problem.objective.kind != "pipeline":
+        return plan_from_parts(problem, parts), None
+    placement = {t: p[0][0] for t, p in parts.items()}
+    return pipeline_plan(problem, placement), max(piece_stages(program_of(name, placement)).values()) + 2
+
+
 def outcome(name: str, problem: Problem, parts: dict) -> str:
     try:
-        report = run(name, plan_from_parts(problem, parts), PLATFORM, problem=problem, repeats=1, warmup=0)
+        plan, requests = plan_of(name, problem, parts)
+        report = run(name, plan, PLATFORM, problem=problem, repeats=1, warmup=0, requests=requests)
     except InputError as exc:
         return f"refused: {str(exc)[:160]}"
     except Exception as exc:  # noqa: BLE001 - anything else is a finding
@@ -77,11 +90,12 @@ def outcome(name: str, problem: Problem, parts: dict) -> str:
 def outcome_as_ranks(name: str, problem: Problem, parts: dict, nproc: int) -> str:
     """The same, run as ``nproc`` ranks by ``diviml run --nproc``."""
     with tempfile.TemporaryDirectory() as d:
-        plan = Path(d) / "plan.json"
-        plan_from_parts(problem, parts).save(plan)
-        r = subprocess.run([sys.executable, "-m", "diviml", "run", name, plan, "--platform", PLATFORM.name,
-                            "--nproc", str(nproc), "--repeats", "1", "--warmup", "0", "--batch",
-                            str(problem.batch_size), "--json", "--quiet"], capture_output=True, text=True,
+        plan, requests = plan_of(name, problem, parts)
+        plan.save(Path(d) / "plan.json")
+        r = subprocess.run([sys.executable, "-m", "diviml", "run", name, Path(d) / "plan.json", "--platform",
+                            PLATFORM.name, "--nproc", str(nproc), "--repeats", "1", "--warmup", "0", "--batch",
+                            str(problem.batch_size), "--json", "--quiet"]
+                           + (["--requests", str(requests)] if requests else []), capture_output=True, text=True,
                            timeout=600)
     error = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
     if r.returncode == 0:
@@ -105,9 +119,11 @@ def main() -> None:
     counts: Counter = Counter()
     for name in args.models:
         began = time.perf_counter()
-        problems = [Problem(profile_zoo(name, repeats=1, min_time_s=0.0), PLATFORM, Objective("latency")),
+        one = profile_zoo(name, repeats=1, min_time_s=0.0)
+        problems = [Problem(one, PLATFORM, Objective("latency")),
                     Problem(profile_zoo(name, batches=tuple(range(1, BATCH + 1)), repeats=1, min_time_s=0.0),
-                            PLATFORM, Objective("batch", BATCH))]
+                            PLATFORM, Objective("batch", BATCH)),
+                    Problem(one, PLATFORM, Objective("pipeline"))]
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             rng = random.Random(seed)
             for problem in problems:
@@ -120,7 +136,8 @@ def main() -> None:
     lines = ["# Fuzzing the runtime: random plans run over cpu-workers-2" + (
         f" as {args.nproc} ranks" if args.nproc > 1 else ""), "",
              f"`python {' '.join(sys.argv)}`: {len(args.models)} models ({', '.join(args.models)}), {args.seeds} "
-             f"seeds from {args.first_seed}, a random latency plan and a random batch-4 plan each.", "", "| outcome | plans |", "|---|---|"]
+             f"seeds from {args.first_seed}, a random latency plan, a random batch-4 plan and a random pipeline plan "
+             "(a stream) each.", "", "| outcome | plans |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in counts.most_common()]
     text = "\n".join(lines) + "\n"
     print(text)

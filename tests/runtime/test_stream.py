@@ -89,13 +89,19 @@ def test_random_back_and_forth_placements_stream_without_waiting_forever_and_mat
     for seed in range(2):
         plan = pipeline_plan(gpt, random_placement(gpt, seed))
         depth = max(piece_stages(program_of("gpt-tiny", plan.placement)).values())
-        report = run("gpt-tiny", plan, CPU2, problem=gpt, repeats=1, warmup=0, requests=depth + 2)
-        assert report.outputs_match and report.requests == depth + 2
+        report = run("gpt-tiny", plan, CPU2, problem=gpt, repeats=1, warmup=0, requests=3 * (depth + 2))
+        assert report.outputs_match and report.requests == 3 * (depth + 2)
         # each worker ran its pieces slot by slot: request + stage, then the piece's place in its order
         stage = piece_stages(program_of("gpt-tiny", plan.placement))
         for device in ("worker0", "worker1"):
             ran = [(r.request + stage[device, r.index], r.index) for r in report.stream if r.device == device]
             assert ran == sorted(ran)
+        # and held at most depth + 2 requests at once: one waits for the one that many before it to be done
+        span = {}
+        for r in report.stream:
+            first, last = span.get(r.request, (r.start, r.finish))
+            span[r.request] = (min(first, r.start), max(last, r.finish))
+        assert all(sum(s <= start < f for s, f in span.values()) <= depth + 2 for start, _ in span.values())
 
 
 def test_a_contiguous_pipeline_works_on_two_requests_at_once(mlp):

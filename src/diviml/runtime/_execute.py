@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections import Counter
 import time
 from dataclasses import dataclass
 
@@ -39,15 +40,24 @@ class PieceRun:
 
 class _Request:
     """One request's values in flight: what each device holds, an event per value another device waits on,
-    and a lock per value received from another rank (received once however many local devices read it)."""
+    a lock per value received from another rank (received once however many local devices read it), the
+    sends still in flight, and how many of its local pieces (and reads of each awaited value) are left."""
 
-    def __init__(self, base: dict, awaited: set[str], inputs: tuple[str, ...]):
+    def __init__(self, base: dict, awaited: set[str], inputs: tuple[str, ...], pieces: int, reads: dict):
         self.values = dict(base)  # state, and this request's user inputs, on the devices that read them
         self.ready = {v: threading.Event() for v in awaited}
         for v in inputs:
             if v in self.ready:
                 self.ready[v].set()
         self.received: dict[str, threading.Lock] = {}
+        self.sends: list = []
+        self.left = pieces
+        self.reads = dict(reads)  # value another device waits on -> its local reads left in this request
+        self.lock = threading.Lock()
+        self.done = threading.Event()  # every local piece has run: results kept, other values dropped
+        self.results: dict = {}
+        if pieces == 0:
+            self.done.set()
 
 
 class Executor:
@@ -59,6 +69,9 @@ class Executor:
         self.torch = torch
         self.program = program
         self.stages = stages or {}  # (device, piece index) -> its stage in a stream; none: every piece at 0
+        # a stream holds at most this many requests' values: a piece of request r waits for request r - window
+        # to be done, which only waits for pieces of earlier slots (its last is in slot r - 2), so no cycle
+        self.window = max(self.stages.values(), default=0) + 2
         self.torch_device = torch_device  # plan device -> torch.device
         self.threads = threads  # plan device -> intra-op threads or None
         self.local = set(program.pieces) if local is None else set(local)
@@ -68,6 +81,10 @@ class Executor:
         self.awaited = {v for d, ps in program.pieces.items() for p in ps for v in p.inputs
                         if program.producer.get(v, d) != d}
         self._frees = _frees(program, self.awaited)
+        # the values another device waits on are dropped after their last local reader, on every device
+        self._reads = Counter(v for d in self.local for p in program.pieces[d] for v in p.inputs if v in self.awaited
+                              and v not in program.results)
+        self._copies = {v: [(v, str(torch_device[d])) for d in self.local] + [(v, "remote")] for v in self._reads}
         # state (parameters, buffers, constants) placed once on every device that reads it
         self.base: dict[tuple[str, str], object] = {}
         for d in self.local:
@@ -114,21 +131,23 @@ class Executor:
     def run(self, requests: int = 1) -> tuple[list[dict], list[PieceRun], float]:
         """Run ``requests`` requests of the same inputs as one stream: (per request, the values of the
         program's results held here; piece timings; wall seconds of the whole run)."""
-        self.requests = [_Request(self.bases[r % len(self.bases)], self.awaited, self.program.inputs)
-                         for r in range(requests)]
+        local_pieces = sum(len(self.program.pieces[d]) for d in self.workers)
+        self.requests = [_Request(self.bases[r % len(self.bases)], self.awaited, self.program.inputs, local_pieces,
+                                  self._reads) for r in range(requests)]
+        self._held = [(v, str(self.torch_device[self.program.producer[v]])) for v in self.program.results
+                      if self.program.producer[v] in self.local]
         # each device's (slot, piece index, request) in the order it runs them
         self.sequence = {d: sorted((r + self.stages.get((d, p.index), 0), p.index, r) for r in range(requests)
                                    for p in ps) for d, ps in self.program.pieces.items()}
         self.timings: list[PieceRun] = []
         self.errors: list[BaseException] = []
-        self.sends: list = []
         self.t0 = time.perf_counter()
         if self.comm is not None:  # user inputs held here that another rank reads: sent as the stream starts
             for request in self.requests:
                 for v in self.program.inputs:
                     d = self.program.producer[v]
                     if d in self.local:
-                        self.sends.extend(self.comm.send(v, request.values[v, str(self.torch_device[d])]))
+                        request.sends.extend(self.comm.send(v, request.values[v, str(self.torch_device[d])]))
         self._go.wait()
         if self._own is not None:
             own_threads = self.threads.get(self._own)
@@ -139,11 +158,10 @@ class Executor:
         wall = time.perf_counter() - self.t0
         if self.errors:  # before waiting on sends: a peer waiting on a value never made would hide the error
             raise self.errors[0]
-        for work in self.sends:
-            work.wait()
-        held = [(v, str(self.torch_device[self.program.producer[v]])) for v in self.program.results
-                if self.program.producer[v] in self.local]
-        results = [{v: request.values[v, key] for v, key in held} for request in self.requests]
+        for request in self.requests:
+            for work in request.sends:
+                work.wait()
+        results = [request.results for request in self.requests]
         self.requests = []  # a stream's values are not kept between runs
         return results, sorted(self.timings, key=lambda r: r.start), wall
 
@@ -182,6 +200,8 @@ class Executor:
             with torch.no_grad():
                 for _, index, r in self.sequence[device]:
                     piece, request = pieces[index], self.requests[r]
+                    if r >= self.window:
+                        self._await(self.requests[r - self.window].done)
                     values, ready = request.values, request.ready
                     call = self.calls[device, index]
                     if stream is not None:
@@ -204,16 +224,45 @@ class Executor:
                         if event is not None:
                             event.set()
                         if comm is not None:
-                            self.sends.extend(comm.send(v, value))
+                            request.sends.extend(comm.send(v, value))
                     for v in self._frees.get((device, index), ()):
                         del values[v, key]
                     timings.append(PieceRun(device, index, start - t0, finish - t0, r))
+                    self._ran_one(request, piece)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller of run()
             if not isinstance(exc, _Aborted):
                 self.errors.append(exc)
             for request in self.requests:
-                for e in request.ready.values():
+                for e in (*request.ready.values(), request.done):
                     e.set()
+
+    def _await(self, event) -> None:
+        event.wait()
+        if self.errors:
+            raise _Aborted()
+
+    def _ran_one(self, request: _Request, piece) -> None:
+        """Count a piece of ``request`` run here: drop the values from other devices it was the last to read
+        (every copy); after the request's last piece keep its results and drop the rest (and its sends already
+        delivered), so a stream holds only what its requests in flight still need."""
+        dropped = []
+        with request.lock:
+            for v in piece.inputs:
+                if v in request.reads:
+                    request.reads[v] -= 1
+                    if request.reads[v] == 0:
+                        dropped.append(v)
+            request.left -= 1
+            last = request.left == 0
+        for v in dropped:
+            for key in self._copies[v]:
+                request.values.pop(key, None)
+        if not last:
+            return
+        request.results = {v: request.values[v, key] for v, key in self._held}
+        request.values.clear()
+        request.sends = [s for s in request.sends if not s.work.is_completed()]
+        request.done.set()
 
     def _value(self, name: str, target, request: _Request):
         key = (name, str(target))
@@ -224,10 +273,7 @@ class Executor:
         if producer is not None and producer not in self.local:
             value = self._receive(name, request)
         else:
-            event = request.ready[name]
-            event.wait()
-            if self.errors:
-                raise _Aborted()
+            self._await(request.ready[name])
             value = request.values[name, str(self.torch_device[producer])]
         copied = _to(self.torch, value, target)
         request.values[key] = copied
