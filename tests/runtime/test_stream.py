@@ -83,6 +83,9 @@ def test_a_value_from_another_device_always_comes_from_an_earlier_slot(gpt, seed
                     assert stage[source] < stage[d, p.index] if source[0] != d else stage[source] <= stage[d, p.index]
                     crossings += source[0] != d
     assert crossings > 10  # the random placement sends values back and forth
+    # and a device runs one request's pieces in its own order: a value it drops after its last reader there
+    # is never read again
+    assert all(stage[d, p.index - 1] <= stage[d, p.index] for d, ps in program.pieces.items() for p in ps[1:])
 
 
 def test_random_back_and_forth_placements_stream_without_waiting_forever_and_match(gpt):

@@ -129,8 +129,8 @@ class Executor:
 
     # -- one run ------------------------------------------------------------------------------------
     def run(self, requests: int = 1) -> tuple[list[dict], list[PieceRun], float]:
-        """Run ``requests`` requests of the same inputs as one stream: (per request, the values of the
-        program's results held here; piece timings; wall seconds of the whole run)."""
+        """Run ``requests`` requests as one stream, request r on the executor's set of inputs r % their number:
+        (per request, the values of the program's results held here; piece timings; wall seconds of the run)."""
         local_pieces = sum(len(self.program.pieces[d]) for d in self.workers)
         self.requests = [_Request(self.bases[r % len(self.bases)], self.awaited, self.program.inputs, local_pieces,
                                   self._reads) for r in range(requests)]

@@ -138,9 +138,9 @@ def _piece(gm, nodes, names: list[str], device: str, index: int, tasks: tuple[st
 
 
 def piece_stages(program: Program) -> dict[tuple[str, int], int]:
-    """Each piece's *stage* in a stream of requests: the most device changes on any path of values into it
-    (a piece reading only its own device's values, or none, is at its producers' stage; one reading another
-    device's value is one stage past it).
+    """Each piece's *stage* in a stream of requests: the most device changes on any path into it, where a
+    path follows values between pieces and each device's order (a piece is at least at the stage of the piece
+    before it on its device and of its producers on its device, and one past any producer on another device).
 
     A worker streaming requests runs piece ``p`` of request ``r`` in *slot* ``r + stage(p)``, its slots in
     turn. A value from another device then always comes from an earlier slot, so in steady state every device
@@ -154,7 +154,10 @@ def piece_stages(program: Program) -> dict[tuple[str, int], int]:
     waiting: dict[tuple[str, int], int] = {}
     for d, ps in program.pieces.items():
         for p in ps:
-            sources = {made_by[v] for v in p.inputs if v in made_by} - {(d, p.index)}
+            # the piece before it on its device too: so each request's pieces run on a device in its order,
+            # and a value dropped after its last reader in that order is not read again
+            sources = ({made_by[v] for v in p.inputs if v in made_by} | ({(d, p.index - 1)} if p.index else set())) \
+                - {(d, p.index)}
             waiting[d, p.index] = len(sources)
             for s in sources:
                 feeds.setdefault(s, []).append(((d, p.index), int(s[0] != d)))

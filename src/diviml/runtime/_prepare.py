@@ -180,9 +180,8 @@ def stream_order(captured, placement: dict[str, str]) -> dict[str, list[tuple[st
     """A pipeline plan's order, which it does not give: each device's tasks in the captured program's order.
 
     Tasks are named after their fx node, and the program lists a node after every node it reads, so this is
-    one topological order shared by every device: a worker taking the requests in turn, and each request's
-    tasks in this order, only ever waits for work earlier in (request, order), so the stream cannot deadlock.
-    Tasks the plan places but the program lacks come last, so that :func:`~diviml.runtime._pieces.cut`
+    one topological order shared by every device, as the stream's slots need (a piece reads a value of its own
+    device from an earlier piece of its order; see :func:`~diviml.runtime._pieces.piece_stages`). Tasks the plan places but the program lacks come last, so that :func:`~diviml.runtime._pieces.cut`
     names them (as it names the program's tasks the plan leaves out)."""
     from ..frontends.pytorch import task_of_nodes
     tasks = set(task_of_nodes(captured).values())

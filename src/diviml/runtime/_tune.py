@@ -75,7 +75,8 @@ def tune(source: ModelSource | str, problem: Problem, *, solver: str = "split", 
     if rounds < 1:
         raise InputError(f"rounds must be >= 1, got {rounds}")
     if problem.objective.kind not in ("latency", "batch"):
-        raise InputError(f"a {problem.objective.kind} plan has no order to run: tune a latency or batch problem")
+        raise InputError(f"tune calibrates from one request's timeline, which a {problem.objective.kind} plan's run "
+                         "does not have: tune a latency or batch problem")
     if isinstance(source, str):
         source = model_source(source)
     done: list[TuneRound] = []
