@@ -106,3 +106,21 @@ def test_a_plan_of_twenty_thousand_tasks_opens_as_merged_bars_that_zooming_takes
     page.locator("#zoom").evaluate("z => { z.value = 20; z.dispatchEvent(new Event('input')); }")
     assert page.locator("#chart rect").count() > shapes  # zoomed in, more of them stand apart
     assert not errors, errors
+
+
+def test_a_runs_stream_page_opens_with_a_bar_per_piece_and_no_error(browser, tmp_path):
+    from test_measured import stream_report  # the same directory: a stream of 10 requests over two devices
+
+    from diviml.reports import measured
+    path = tmp_path / "stream.html"
+    path.write_text(measured.render_gantt(stream_report(requests=10, pieces=3), path))
+    page = browser.new_page(viewport={"width": 1200, "height": 500})
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri())
+    assert page.locator("rect").count() == 60
+    titles = page.locator("rect title").all_text_contents()
+    assert all(any(f"(request {r})" in t for t in titles) for r in range(10))
+    assert not errors
+    page.close()

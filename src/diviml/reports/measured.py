@@ -12,6 +12,7 @@ from pathlib import Path
 from .gantt import check_format
 
 MEASURED, PREDICTED = "#1f77b4", "#aaaaaa"
+MAX_BARS = 6000  # a stream's picture draws its first requests up to this many pieces: a page stays light
 REQUEST_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
@@ -50,9 +51,11 @@ def _rows(report):
     devices = sorted({p.device for p in report.piece_reports})
     if report.stream:
         pieces = {(p.device, p.index): p for p in report.piece_reports}
+        drawn = _drawn_requests(report)
         return [(f"{d} stream", [(_StreamPiece(pieces[r.device, r.index], r.request), r.start, r.finish - r.start,
                                   REQUEST_COLOURS[r.request % len(REQUEST_COLOURS)])
-                                 for r in report.stream if r.device == d and (r.device, r.index) in pieces])
+                                 for r in report.stream if r.device == d and (r.device, r.index) in pieces
+                                 and r.request < drawn])
                 for d in devices]
     rows = []
     for d in devices:
@@ -65,6 +68,12 @@ def _rows(report):
     return rows
 
 
+def _drawn_requests(report) -> int:
+    """How many of a stream's first requests are drawn: all, or as many as keep the bars to MAX_BARS."""
+    per_request = max(1, len(report.stream) // max(1, report.requests))
+    return min(report.requests, max(1, MAX_BARS // per_request))
+
+
 class _StreamPiece:
     """A piece of a stream as a bar's tooltip names it: the piece and its request."""
 
@@ -75,6 +84,8 @@ class _StreamPiece:
 
 def _title(report) -> str:
     per = f" per request in a stream of {report.requests}" if report.stream else ""
+    if report.stream and _drawn_requests(report) < report.requests:
+        per += f" (its first {_drawn_requests(report)} drawn)"
     load = " (largest device load)" if report.stream else ""
     return (f"{report.model} batch {report.batch_size}: measured {report.measured_s * 1e3:.4g} ms{per}, predicted "
             f"{report.predicted_s * 1e3:.4g} ms{load} (ratio {report.ratio:.3f}), outputs "
