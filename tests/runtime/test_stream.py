@@ -10,9 +10,9 @@ import sys
 import pytest
 
 import diviml
-from diviml import Assignment, Objective, Plan, Problem, preset
+from diviml import Assignment, InputError, Objective, Plan, Problem, preset
 from diviml.frontends.pytorch import capture_at, profile, profile_zoo
-from diviml.runtime import cut, model_source, run
+from diviml.runtime import calibrated_graph, cut, model_source, run
 from diviml.runtime._pieces import piece_stages
 from diviml.runtime._prepare import stream_order
 from diviml.simulate import pipeline_loads
@@ -67,6 +67,9 @@ def test_the_pipeline_solvers_plans_stream_with_every_requests_outputs_matching(
         # the stream drawn is one whole run: every piece of every request, once
         ran = sorted((r.device, r.index, r.request) for r in report.stream)
         assert ran == sorted((p.device, p.index, r) for p in report.piece_reports for r in range(report.requests))
+        # a stream has no one-request timeline to calibrate from
+        with pytest.raises(InputError, match="calibration reads one request's timeline"):
+            calibrated_graph(report, plan, gpt)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -302,6 +302,7 @@ def _check_run_args(args) -> None:
 
 def cmd_run(args) -> dict:
     from ..platform import Platform
+    from ..runtime._calibrate import STREAM_NOT_CALIBRATED
     from ..runtime import launch, model_source, run, run_beside
     from ..runtime._dist import env_world
     _check_run_args(args)
@@ -318,8 +319,7 @@ def cmd_run(args) -> dict:
     platform = Platform.load(args.platform or DEFAULT_PLATFORM)
     plan = Plan.load(args.plan)
     if plan.objective_kind == "pipeline" and (args.calibrate_out or args.calibrate_platform_out):
-        raise InputError("calibration reads one request's timeline, and a pipeline plan's run is a stream of them: "
-                         "calibrate from a latency plan's run of the same model and schedule the pipeline on that")
+        raise InputError(STREAM_NOT_CALIBRATED)  # before the run, not after it
     source = model_source(args.model)
     problem = None
     if args.graph:

@@ -1,6 +1,7 @@
 """Run a plan on real devices: the captured model cut into per-device pieces, run in the plan's order by a
 worker per device (and a torch.distributed rank per server), its outputs checked against the unsplit
-module, its time measured beside the plan's prediction.
+module, its time measured beside the plan's prediction; a pipeline plan as a stream of requests, timed per
+request in its steady state.
 
 >>> report = run("googlenet", plan, preset("cpu-workers-2"))      # doctest: +SKIP
 >>> report.predicted_s, report.measured_s, report.outputs_match   # doctest: +SKIP

@@ -24,9 +24,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
+from ..errors import InputError
 from ..graph import TaskGraph
 from ..platform import Link, Platform
 
+STREAM_NOT_CALIBRATED = ("calibration reads one request's timeline, and a pipeline plan's run is a stream of them: "
+                         "calibrate from a latency plan's run of the same model and schedule the pipeline on that")
 # a hand-off whose size did not visibly matter (shared memory: a reference, no copy) gets this bandwidth
 NO_COPY_BANDWIDTH = 1e15  # bytes / s
 # sizes must span this many bytes, and this factor, before a bandwidth is fitted from them
@@ -156,6 +159,7 @@ def calibrated_platform(report, platform: Platform, *, plan=None, problem=None) 
     scaled up, where needed, until the plan re-timed on them takes what the run measured: a hand-off here
     can occupy both devices (a gloo send and receive on a busy host), which the model, charging a hand-off as
     a delay only, can show only as a longer one. Both figures are in the platform's sources."""
+    _refuse_stream(report)
     fitted = fitted_links(report.handoffs, platform)
     scale = 1.0
     if fitted and plan is not None and problem is not None and plan.device_order:
@@ -198,6 +202,7 @@ def _latency_scale(fitted, platform: Platform, plan, problem, measured: float, m
 def calibrated_graph(report, plan, problem) -> TaskGraph:
     """``problem``'s graph with each task's time scaled by its piece's measured cost / predicted duration; on
     a device whose process drove other devices of the plan too, by at most 1 (see the module's docstring)."""
+    _refuse_stream(report)
     factor: dict[str, float] = {}  # task -> measured / predicted of its piece
     pieces = {(p.device, p.index): p for p in report.piece_reports}
     beside = side_by_side(report.devices)
@@ -226,6 +231,11 @@ def calibrated_graph(report, plan, problem) -> TaskGraph:
             task["time_by_batch"][dtype] = {b: v * k for b, v in row.items()}
     data["name"] = f"{problem.graph.name} (calibrated by a run)"
     return TaskGraph.from_dict(data)
+
+
+def _refuse_stream(report) -> None:
+    if report.requests > 1:
+        raise InputError(STREAM_NOT_CALIBRATED)
 
 
 def side_by_side(devices: dict[str, str]) -> set[str]:
