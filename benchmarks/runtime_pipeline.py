@@ -77,7 +77,7 @@ def rows_for(model: str, platform: str, work: Path, repeats: int, min_time: floa
                     "speedup": stream["single_measured_s"] / stream["measured_s"],
                     "match": stream["outputs_match"] and alone["outputs_match"] and stream["single_outputs_match"]})
         r = out[-1]
-        print(f"  {model} {r['platform']} {label}: {r['pieces']} pieces, predicted {r['predicted'] * 1e3:.3f} ms, "
+        print(f"  {model} {r['platform']} {label}: {r['pieces']} pieces, {r['requests']} requests, predicted {r['predicted'] * 1e3:.3f} ms, "
               f"measured {r['measured'] * 1e3:.3f} ms a request, one at a time {r['alone'] * 1e3:.3f}, single "
               f"device {r['single'] * 1e3:.3f} ({r['speedup']:.2f}x)", flush=True)
     return out
