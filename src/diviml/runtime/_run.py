@@ -76,9 +76,9 @@ def run(source: ModelSource | str, plan: Plan, platform, *, problem=None, batch:
     """Cut the model by ``plan``, run it ``warmup + repeats`` times on ``platform``'s devices, check every
     run's outputs against the unsplit module and report measured beside predicted (``plan.objective``).
 
-    A pipeline plan's run streams ``requests`` requests (default 16) through its devices, each device on the
-    next request as soon as it is done with one, and measures its time per request in that stream: from the
-    first request's end to the last's, over the requests between (its prediction: the largest device load).
+    A pipeline plan's run streams ``requests`` requests (by default 16, or twice its depth + 1 where that is
+    more) through its devices, piece p of request r in slot r + stage(p), and measures its time per request in
+    the stream's steady state (:func:`stream_period`; its prediction: the largest device load).
     ``problem`` (the plan's problem) gives each piece's predicted time; ``world`` > 1 runs this process as
     rank ``rank`` of a torch.distributed job (see :func:`~diviml.runtime._dist.rank_of_devices`)."""
     prepared = _prepare(source, plan, platform, problem, batch, repeats, warmup, rank, world, progress, requests)
