@@ -302,8 +302,8 @@ def _check_run_args(args) -> None:
 
 def cmd_run(args) -> dict:
     from ..platform import Platform
-    from ..runtime._calibrate import STREAM_NOT_CALIBRATED
     from ..runtime import launch, model_source, run, run_beside
+    from ..runtime._calibrate import STREAM_NOT_CALIBRATED
     from ..runtime._dist import env_world
     _check_run_args(args)
     if args.nproc is not None:

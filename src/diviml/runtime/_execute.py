@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections import Counter
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 
