@@ -22,7 +22,7 @@ def chrome_trace(report) -> dict:
     events = [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"measured ({report.model})"}},
               {"name": "process_name", "ph": "M", "pid": 2, "args": {"name": "predicted by the plan"}}]
     devices = sorted({p.device for p in report.piece_reports})
-    pids = (1, 2)
+    pids: tuple[int, ...] = (1, 2)
     if report.stream:
         events.append({"name": "process_name", "ph": "M", "pid": 3,
                        "args": {"name": f"a stream of {report.requests} requests (one timed run)"}})
