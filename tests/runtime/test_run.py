@@ -226,10 +226,10 @@ def test_the_calibrated_links_make_the_runs_plan_take_what_was_measured():
     problem = profiled("gpt-tiny")
     plan = random_plan(problem, seed=3)  # crosses between the workers many times
     handoffs = (Handoff("worker0", "worker1", 1, 4096, 50e-6),)
-    as_measured = calibrated_platform(SimpleNamespace(model="gpt-tiny", handoffs=handoffs), CPU2)
+    as_measured = calibrated_platform(SimpleNamespace(model="gpt-tiny", handoffs=handoffs, requests=1), CPU2)
     predicted = schedule(Problem(problem.graph, as_measured), plan.parts, plan.device_order).makespan
     for slower, scaled in ((1.5, True), (0.9, False)):
-        report = SimpleNamespace(model="gpt-tiny", handoffs=handoffs, measured_s=predicted * slower)
+        report = SimpleNamespace(model="gpt-tiny", handoffs=handoffs, measured_s=predicted * slower, requests=1)
         platform = calibrated_platform(report, CPU2, plan=plan, problem=problem)
         link = platform.peer_links[frozenset(("worker0", "worker1"))]
         retimed = schedule(Problem(problem.graph, platform), plan.parts, plan.device_order).makespan

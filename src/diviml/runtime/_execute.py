@@ -85,23 +85,7 @@ class Executor:
         self._reads = Counter(v for d in self.local for p in program.pieces[d] for v in p.inputs if v in self.awaited
                               and v not in program.results)
         self._copies = {v: [(v, str(torch_device[d])) for d in self.local] + [(v, "remote")] for v in self._reads}
-        # state (parameters, buffers, constants) placed once on every device that reads it
-        self.base: dict[tuple[str, str], object] = {}
-        for d in self.local:
-            key = str(torch_device[d])
-            for p in program.pieces[d]:
-                for v in p.inputs:
-                    if v in state and (v, key) not in self.base:
-                        self.base[v, key] = _to(torch, state[v], torch_device[d])
-        # user inputs on the device the plan gives their task: request r reads set r % len(inputs)
-        self.bases = []
-        for given in inputs:
-            base = dict(self.base)
-            for v in program.inputs:
-                d = program.producer[v]
-                if d in self.local:
-                    base[v, str(torch_device[d])] = _to(torch, given[v], torch_device[d])
-            self.bases.append(base)
+        self.bases = self._placed(state, inputs)  # request r starts from bases[r % len(inputs)]
         # a piece's own weights (a torch.fx capture keeps them in its modules) on the piece's device: a copy of
         # the piece there, so the captured module and the pieces of other devices keep theirs
         self.calls = {}
@@ -126,6 +110,28 @@ class Executor:
                          for d in others]
         for t in self._threads:
             t.start()
+
+    def _placed(self, state: dict, inputs: list[dict]) -> list[dict]:
+        """Per set of inputs, the values a request starts with: the state (parameters, buffers, constants)
+        placed once on every device that reads it, shared by all, and the user inputs on the device the plan
+        gives their task."""
+        torch, program = self.torch, self.program
+        shared: dict[tuple[str, str], object] = {}
+        for d in self.local:
+            key = str(self.torch_device[d])
+            for p in program.pieces[d]:
+                for v in p.inputs:
+                    if v in state and (v, key) not in shared:
+                        shared[v, key] = _to(torch, state[v], self.torch_device[d])
+        bases = []
+        for given in inputs:
+            base = dict(shared)
+            for v in program.inputs:
+                d = program.producer[v]
+                if d in self.local:
+                    base[v, str(self.torch_device[d])] = _to(torch, given[v], self.torch_device[d])
+            bases.append(base)
+        return bases
 
     # -- one run ------------------------------------------------------------------------------------
     def run(self, requests: int = 1) -> tuple[list[dict], list[PieceRun], float]:
