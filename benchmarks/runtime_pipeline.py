@@ -16,25 +16,18 @@ writes benchmarks/results/runtime_pipeline.md (or --out).
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from runtime_fidelity import diviml  # noqa: E402  (a command's --json answer)
+
 OUT = Path(__file__).parent / "results" / "runtime_pipeline.md"
 MODELS = ["resnet18", "googlenet", "resnet50", "inception_v3", "randwire-ws-s0", "gpt2-small", "gpt-tiny"]
 SOLVES = {"dp (contiguous)": ["--solver", "dp", "--contiguous"], "ip": ["--solver", "ip"]}
 RANKS = {"cpu-ranks-2": 2}  # platforms run as one rank per device
-
-
-def diviml(*args) -> dict:
-    r = subprocess.run([sys.executable, "-m", "diviml", *map(str, args), "--json", "--quiet"], capture_output=True,
-                       text=True, timeout=3600)
-    if r.returncode != 0:
-        raise RuntimeError(f"diviml {' '.join(map(str, args))}: {r.stderr.strip()}")
-    return json.loads(r.stdout)
 
 
 def one_at_a_time(plan_path: Path, graph_path: Path, platform: str, out: Path) -> Path:
