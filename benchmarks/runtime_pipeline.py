@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "runtime"))
 from runtime_fidelity import diviml  # noqa: E402  (a command's --json answer)
+from test_run import plan_from_placement  # noqa: E402  (a placement timed by the simulator: a latency plan)
 
 OUT = Path(__file__).parent / "results" / "runtime_pipeline.md"
 MODELS = ["resnet18", "googlenet", "resnet50", "inception_v3", "randwire-ws-s0", "gpt2-small", "gpt-tiny"]
@@ -32,14 +34,11 @@ RANKS = {"cpu-ranks-2": 2}  # platforms run as one rank per device
 
 def one_at_a_time(plan_path: Path, graph_path: Path, platform: str, out: Path) -> Path:
     """The pipeline plan's placement as a latency plan: its tasks started as the simulator times one request."""
-    from diviml import Assignment, Objective, Plan, Problem, TaskGraph
+    from diviml import Objective, Plan, Problem, TaskGraph
     from diviml.platform import Platform
-    from diviml.simulate import latency
     plan = Plan.load(plan_path)
     problem = Problem(TaskGraph.load(graph_path), Platform.load(platform), Objective("latency"))
-    timed = latency(problem, plan.placement)
-    Plan("latency", tuple(Assignment(j.task, j.device, j.start) for j in timed.jobs), timed.makespan, 0.0, "feasible",
-         f"{plan.solver} placement", batch_size=plan.batch_size).save(out)
+    plan_from_placement(problem, plan.placement, f"{plan.solver} placement").save(out)
     return out
 
 

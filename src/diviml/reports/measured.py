@@ -83,10 +83,12 @@ class _StreamPiece:
 
 
 def _title(report) -> str:
-    per = f" per request in a stream of {report.requests}" if report.stream else ""
-    if report.stream and _drawn_requests(report) < report.requests:
-        per += f" (its first {_drawn_requests(report)} drawn)"
-    load = " (largest device load)" if report.stream else ""
+    per = load = ""
+    if report.stream:
+        drawn = _drawn_requests(report)
+        per = f" per request in a stream of {report.requests}" + (
+            f" (its first {drawn} drawn)" if drawn < report.requests else "")
+        load = " (largest device load)"
     return (f"{report.model} batch {report.batch_size}: measured {report.measured_s * 1e3:.4g} ms{per}, predicted "
             f"{report.predicted_s * 1e3:.4g} ms{load} (ratio {report.ratio:.3f}), outputs "
             f"{'match' if report.outputs_match else 'DIFFER'}")

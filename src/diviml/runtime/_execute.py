@@ -86,6 +86,9 @@ class Executor:
                               and v not in program.results)
         self._copies = {v: [(v, str(torch_device[d])) for d in self.local] + [(v, "remote")] for v in self._reads}
         self.bases = self._placed(state, inputs)  # request r starts from bases[r % len(inputs)]
+        # the program's results held here, each under its device's key: what a request keeps once it is done
+        self._held = [(v, str(torch_device[program.producer[v]])) for v in program.results
+                      if program.producer[v] in self.local]
         # a piece's own weights (a torch.fx capture keeps them in its modules) on the piece's device: a copy of
         # the piece there, so the captured module and the pieces of other devices keep theirs
         self.calls = {}
@@ -98,6 +101,7 @@ class Executor:
         if any(torch_device[d].type == "cuda" for d in self.local):
             torch.cuda.synchronize()  # the copies above ran on this thread's stream; the workers read on theirs
         self.workers = sorted(d for d in self.local if program.pieces[d])
+        self._local_pieces = sum(len(program.pieces[d]) for d in self.workers)  # a request is done after these
         # the calling thread runs the first device's pieces itself: one hand-off fewer per request (none at
         # all for a one-device plan); every other device has a thread of its own
         self._own = self.workers[0] if self.workers else None
@@ -137,11 +141,8 @@ class Executor:
     def run(self, requests: int = 1) -> tuple[list[dict], list[PieceRun], float]:
         """Run ``requests`` requests as one stream, request r on the executor's set of inputs r % their number:
         (per request, the values of the program's results held here; piece timings; wall seconds of the run)."""
-        local_pieces = sum(len(self.program.pieces[d]) for d in self.workers)
-        self.requests = [_Request(self.bases[r % len(self.bases)], self.awaited, self.program.inputs, local_pieces,
-                                  self._reads) for r in range(requests)]
-        self._held = [(v, str(self.torch_device[self.program.producer[v]])) for v in self.program.results
-                      if self.program.producer[v] in self.local]
+        self.requests = [_Request(self.bases[r % len(self.bases)], self.awaited, self.program.inputs,
+                                  self._local_pieces, self._reads) for r in range(requests)]
         # each device's (slot, piece index, request) in the order it runs them
         self.sequence = {d: sorted((r + self.stages.get((d, p.index), 0), p.index, r) for r in range(requests)
                                    for p in ps) for d, ps in self.program.pieces.items()}

@@ -123,7 +123,8 @@ def _prepare(source: ModelSource | str, plan: Plan, platform, problem, batch: in
     if isinstance(source, str):
         source = model_source(source)
     batch = _check_request(source, plan, platform, batch, repeats, warmup)
-    if plan.objective_kind != "pipeline" and requests not in (None, 1):
+    streamed = plan.objective_kind == "pipeline"
+    if not streamed and requests not in (None, 1):
         raise InputError(f"--requests streams requests through a pipeline plan; this is a {plan.objective_kind} "
                          "plan, which runs one request at a time: leave --requests out")
     split = any(len(p) > 1 for p in plan.parts.values())
@@ -138,8 +139,8 @@ def _prepare(source: ModelSource | str, plan: Plan, platform, problem, batch: in
     if progress:
         progress(f"capturing {source.name} at batch {batch}")
     captured, runnable, program, order = _program(source, plan, problem, batch, split)
-    stages = piece_stages(program) if plan.objective_kind == "pipeline" else {}
-    requests = _stream_requests(stages, requests) if plan.objective_kind == "pipeline" else 1
+    stages = piece_stages(program) if streamed else {}
+    requests = _stream_requests(stages, requests) if streamed else 1
     values = dict(zip([n.name for n in captured.gm.graph.nodes if n.op == "placeholder"], captured.args))
     reference, meta = _reference(captured, runnable, program, torch)
     inputs = [{v: values[v] for v in program.inputs}]
@@ -181,8 +182,9 @@ def stream_order(captured, placement: dict[str, str]) -> dict[str, list[tuple[st
 
     Tasks are named after their fx node, and the program lists a node after every node it reads, so this is
     one topological order shared by every device, as the stream's slots need (a piece reads a value of its own
-    device from an earlier piece of its order; see :func:`~diviml.runtime._pieces.piece_stages`). Tasks the plan places but the program lacks come last, so that :func:`~diviml.runtime._pieces.cut`
-    names them (as it names the program's tasks the plan leaves out)."""
+    device from an earlier piece of its order; see :func:`~diviml.runtime._pieces.piece_stages`). Tasks the plan
+    places but the program lacks come last, so that :func:`~diviml.runtime._pieces.cut` names them (as it names
+    the program's tasks the plan leaves out)."""
     from ..frontends.pytorch import task_of_nodes
     tasks = set(task_of_nodes(captured).values())
     order: dict[str, list[tuple[str, int]]] = {d: [] for d in dict.fromkeys(placement.values())}
@@ -257,9 +259,7 @@ def _reference(captured, runnable, program, torch):
 
     with torch.no_grad():
         Recorder(runnable.gm).run(*runnable.args)
-        out = captured.gm(*captured.args)
-    flat, _ = torch.utils._pytree.tree_flatten(out)
-    return dict(zip(program.results, flat)), meta
+    return _results(captured, program, {}, torch), meta
 
 
 def _varied(torch, inputs: dict) -> dict:
@@ -279,7 +279,8 @@ def _varied(torch, inputs: dict) -> dict:
 
 
 def _results(captured, program, inputs: dict, torch) -> dict:
-    """The unsplit module's flat results for ``inputs`` (user inputs by name; the state as captured)."""
+    """The unsplit module's flat results, in the program's order, for ``inputs`` (user inputs by name; those
+    not given, and the state, as captured)."""
     names = [n.name for n in captured.gm.graph.nodes if n.op == "placeholder"]
     with torch.no_grad():
         out = captured.gm(*[inputs.get(n, a) for n, a in zip(names, captured.args)])
