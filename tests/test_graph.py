@@ -86,47 +86,6 @@ def test_batch_times_come_from_the_table_or_are_interpolated_and_flagged():
     assert time_at_batch(t, "gpu", 16, 1) == (6.0, True)
 
 
-def test_concurrent_writers_of_one_file_neither_fail_nor_leave_it_half_written(tmp_path):
-    import json
-    import threading
-
-    from diviml.graph import write_text_atomic
-    target = tmp_path / "plan.json"
-    payloads = [json.dumps({"writer": w, "pad": "x" * 100_000}) for w in range(4)]
-    errors, seen = [], set()
-
-    def write(text):
-        try:
-            for _ in range(100):
-                write_text_atomic(target, text)
-        except Exception as exc:  # any failure is the defect
-            errors.append(exc)
-
-    def read():
-        for _ in range(300):
-            if target.exists():
-                seen.add(json.loads(target.read_text())["writer"])  # whole, never torn
-
-    threads = [threading.Thread(target=write, args=(p,)) for p in payloads] + [threading.Thread(target=read)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors and json.loads(target.read_text())["writer"] in range(4)
-    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary left behind
-
-
-def test_a_set_of_outputs_is_written_whole_or_not_at_all(tmp_path):
-    from diviml.errors import InputError
-    from diviml.graph import write_files_atomic
-    (tmp_path / "plan.json").write_text("old")
-    (tmp_path / "page.html").mkdir()  # cannot become a file
-    with pytest.raises(InputError, match="page.html"):
-        write_files_atomic([(tmp_path / "plan.json", "new"), (tmp_path / "page.html", "<html>")])
-    assert (tmp_path / "plan.json").read_text() == "old"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html", "plan.json"]
-
-
 def _layered40() -> dict:
     import json
     from pathlib import Path

@@ -60,12 +60,12 @@ def test_a_signal_ends_a_run_inside_cp_sat():
 
 RUN_WHOSE_MAIN_THREAD_FAILS_AS_ITS_WORKER_DIES = """
 import multiprocessing, sys, time
-from diviml import cli, graph
+from diviml import cli, files
 
 def schedule(args):  # stands for a solve whose pool breaks when the signal's thread kills its workers
     worker = multiprocessing.Process(target=time.sleep, args=(60,))
     worker.start()
-    graph.RENAMING.acquire()  # outputs being renamed: the signal's thread waits for them (up to 1.5 s)
+    files.RENAMING.acquire()  # outputs being renamed: the signal's thread waits for them (up to 1.5 s)
     sys.stderr.write("solving\\n")
     sys.stderr.flush()
     worker.join()

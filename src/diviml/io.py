@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError, in_file
+from .files import read_json
 from .frontends import neurips2020
 from .frontends.derive import complete_for
 from .frontends.models import not_a_model_hint
-from .graph import TaskGraph, read_json
+from .graph import TaskGraph
 from .platform import Platform
 from .problem import Objective, Problem
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Mapping
 
 from .errors import InputError
-from .graph import read_json, whole_number, write_text_atomic
+from .files import read_json, write_text_atomic
+from .graph import whole_number
 
 SCHEMA = "diviml.plan/1"
 STATUSES = ("optimal", "feasible", "timeout", "infeasible")

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from .. import graph
+from .. import files
 from ..errors import DivimlError
 from . import _commands
 from ._commands import (
@@ -77,12 +77,12 @@ def _exit_on_signal() -> None:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        whole = graph.RENAMING.acquire(timeout=1.5)
-        for tmp in list(graph.STAGING):
+        whole = files.RENAMING.acquire(timeout=1.5)
+        for tmp in list(files.STAGING):
             Path(tmp).unlink(missing_ok=True)
-        files = "no output is half-written" if whole else "outputs may be incomplete"
+        outputs = "no output is half-written" if whole else "outputs may be incomplete"
         os.write(stderr, f"diviml: interrupted ({signal.Signals(number).name}); worker processes stopped, "
-                         f"{files}\n".encode())
+                         f"{outputs}\n".encode())
         os._exit(128 + number)
     threading.Thread(target=wait, name="diviml-signals", daemon=True).start()
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from .. import solvers
 from ..errors import InputError
+from ..files import write_files_atomic
 from ..frontends import neurips2020
 from ..frontends.host import HOST_TYPE
 from ..frontends.models import model_graph, names_a_model
-from ..graph import write_files_atomic
 from ..io import DEFAULT_PLATFORM, Input, load_input, problem_of
 from ..plan import Plan
 from ..platform import preset, preset_names

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..errors import InputError
-from ..graph import write_files_atomic
+from ..files import write_files_atomic
 from ..io import DEFAULT_PLATFORM, load_input
 from ..platform import Platform
 from ..problem import Objective, Problem

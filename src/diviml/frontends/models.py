@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 
 from ..errors import InputError
-from ..graph import TaskGraph, read_json, write_text_atomic
+from ..files import read_json, write_text_atomic
+from ..graph import TaskGraph
 from . import zoo
 
 __all__ = ["cache_dir", "names_a_model", "model_graph", "zoo_graph"]

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import InputError
-from ..graph import Task, TaskGraph, read_json, whole_number
+from ..files import read_json
+from ..graph import Task, TaskGraph, whole_number
 from ..graph import _num as _json_num
 from ..plan import Plan
 from ..platform import MAX_COUNT, Device, Link, Platform

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from ..errors import InputError
-from ..graph import write_text_atomic
+from ..files import write_text_atomic
 from ..plan import Plan, format_gap
 from ..problem import Problem
 from ..simulate import pipeline_loads

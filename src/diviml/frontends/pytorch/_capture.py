@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ...errors import InputError
 from .._torch import import_torch
@@ -18,7 +18,7 @@ CAPTURE_REVISION = 4
 @dataclass
 class Captured:
     """A captured model: its graph module, the values of all its placeholders, and where they came from."""
-    gm: object  # torch.fx.GraphModule
+    gm: Any  # torch.fx.GraphModule
     args: list  # placeholder values in graph order
     state: dict  # placeholder name -> qualified parameter/buffer name
     user_inputs: list  # placeholder names fed by the caller
