@@ -11,7 +11,7 @@ from diviml.batch_table import pricing_sizes, time_at_batch
 def test_json_round_trip_keeps_every_field(tmp_path):
     t = Task(id="a", time={"cpu": 1.0, "gpu": 0.1}, kind="conv", time_by_batch={"gpu": {8: 0.4}}, flops=1e9,
              bytes_accessed=2e6, memory_bytes=5.0, output_bytes=7.0, transfer_time=0.5, colocation="g",
-             allowed_types=frozenset({"gpu"}), phase="backward", module="layer1.conv")
+             allowed_types=frozenset({"gpu"}), phase="backward", module="layer1.conv", whole_batch=True)
     g = TaskGraph.create([t, Task(id="b", time={"cpu": 2.0})], [("a", "b")], name="n", batch_size=2)
     g.save(tmp_path / "g.json")
     assert TaskGraph.load(tmp_path / "g.json") == g
@@ -104,6 +104,12 @@ def _first_time(value) -> dict:
     return data
 
 
+def _first_whole_batch(value) -> dict:
+    data = _layered40()
+    data["tasks"][0]["whole_batch"] = value
+    return data
+
+
 def _first_batch_table(size, value) -> dict:
     """The first task with a batch table entry ``size: value`` on each of its device types."""
     data = _layered40()
@@ -118,6 +124,8 @@ def _first_batch_table(size, value) -> dict:
     (_first_batch_table("8", True), "expected a number"),
     (_first_batch_table("0", 1.0), "batch size must be a whole number >= 1"),
     (_first_batch_table("eight", 1.0), "malformed"),
+    (_first_whole_batch("false"), "whole_batch must be true or false"),  # a string is not taken for true
+    (_first_whole_batch(1), "whole_batch must be true or false"),
     (_with(tasks=None), "'tasks' and 'edges' lists"),
     (_with(tasks=5), "'tasks' and 'edges' lists"),
     ({"tasks": [], "edges": []}, "no tasks"),

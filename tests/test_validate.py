@@ -111,3 +111,12 @@ def test_a_part_deep_in_a_streamed_batch_that_starts_before_its_input_is_caught(
     moved[parts_of_d[40]] = replace(moved[parts_of_d[40]], start=plan.assignments[parts_of_d[39]].start)
     violations = validate(replace(plan, assignments=tuple(moved)), p).violations
     assert any("task 'd'" in v and "before its input" in v for v in violations)
+
+
+def test_a_task_that_must_run_on_the_whole_batch_cut_into_sub_batches_is_caught():
+    p = _problem("batch", batch_size=4)
+    plan = diviml.solve(p, "data-parallel", time_limit=5)
+    assert len(plan.parts["b"]) == 2 and validate(plan, p).ok  # cut over both devices
+    marked = [replace(t, whole_batch=t.id == "b") for t in p.graph.tasks]
+    whole = Problem(diviml.TaskGraph.create(marked, p.graph.edges), p.platform, p.objective)
+    assert any("'b' must run on the whole batch" in v for v in validate(plan, whole).violations)

@@ -9,11 +9,14 @@ Schema ``diviml.graph/1`` (all times in ``time_unit``, seconds unless an importe
                 "memory_bytes": float, "output_bytes": float,
                 "transfer_time": float,                            # optional, overrides links
                 "colocation": str, "allowed_types": [str],         # optional
-                "phase": "forward" | "backward", "module": str}],  # optional
+                "phase": "forward" | "backward", "module": str,    # optional
+                "whole_batch": true}],                             # optional (default false)
      "edges": [[src_id, dst_id], ...]}
 
 ``output_bytes`` and ``time`` are for the graph's ``batch_size``. ``transfer_time`` is the time of one
 hop (device <-> host) of the task's output, used by the NeurIPS 2020 model where edge costs are times.
+``whole_batch``: a batch plan never cuts the task into sub-batches, as its result for a sample depends on the
+batch's other samples (:mod:`diviml.frontends.pytorch._samples` finds such tasks).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from .files import read_json, write_text_atomic
 SCHEMA = "diviml.graph/1"
 GRAPH_FIELDS = ("schema", "name", "time_unit", "batch_size", "tasks", "edges")
 TASK_FIELDS = ("id", "kind", "time", "time_by_batch", "flops", "bytes_accessed", "memory_bytes", "output_bytes",
-               "transfer_time", "colocation", "allowed_types", "phase", "module")
+               "transfer_time", "colocation", "allowed_types", "phase", "module", "whole_batch")
 Node = TypeVar("Node", bound=Hashable)  # what longest_paths walks: task ids, jobs, units
 
 
@@ -55,6 +58,7 @@ class Task:
     allowed_types: frozenset[str] | None = None
     phase: str = "forward"
     module: str | None = None
+    whole_batch: bool = False  # never cut into sub-batches: its result for a sample depends on other samples
 
     def can_run_on(self, device_type: str) -> bool:
         if device_type not in self.time:
@@ -206,6 +210,8 @@ class TaskGraph:
                 d["allowed_types"] = sorted(t.allowed_types)
             if t.phase != "forward":
                 d["phase"] = t.phase
+            if t.whole_batch:
+                d["whole_batch"] = True
             tasks.append(d)
         return {"schema": SCHEMA, "name": self.name, "time_unit": self.time_unit,
                 "batch_size": self.batch_size, "tasks": tasks, "edges": [list(e) for e in self.edges]}
@@ -235,7 +241,8 @@ class TaskGraph:
                     memory_bytes=_num(d.get("memory_bytes", 0.0)), output_bytes=_num(d.get("output_bytes", 0.0)),
                     transfer_time=_opt(d.get("transfer_time")), colocation=_optstr(d.get("colocation")),
                     allowed_types=frozenset(map(str, allowed)) if allowed is not None else None,
-                    phase=str(d.get("phase", "forward")), module=_optstr(d.get("module"))))
+                    phase=str(d.get("phase", "forward")), module=_optstr(d.get("module")),
+                    whole_batch=_flag(d.get("whole_batch", False), f"task {d['id']!r}: whole_batch")))
             except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
                 raise InputError(f"task #{i} is malformed ({exc.__class__.__name__}: {exc}): each task needs "
                                  "an 'id' and a 'time' object of device type -> number") from None
@@ -305,6 +312,13 @@ def whole_number(v, what: str, low: int = 1, high: int = 10 ** 6) -> int:
     if not low <= v <= high:
         raise InputError(f"{what} must be between {low} and {high}, got {v!r}")
     return int(v)
+
+
+def _flag(v, what: str) -> bool:
+    """A JSON true or false, else InputError (a string "false" is not taken for true)."""
+    if not isinstance(v, bool):
+        raise InputError(f"{what} must be true or false, got {v!r}")
+    return v
 
 
 def _batch_size(key) -> int:

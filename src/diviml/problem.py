@@ -143,6 +143,11 @@ class Problem:
         return out
 
     @cached_property
+    def whole_batch(self) -> frozenset[str]:
+        """Tasks a batch plan must run on the whole batch at once (``Task.whole_batch``: they mix samples)."""
+        return frozenset(t.id for t in self.graph.tasks if t.whole_batch)
+
+    @cached_property
     def colocation_groups(self) -> dict[str, tuple[str, ...]]:
         groups: dict[str, list[str]] = {}
         for t in self.graph.tasks:

@@ -78,7 +78,7 @@ def _coverage_violations(plan: Plan, problem: Problem) -> list[str]:
 
 def _part_violations(plan: Plan, problem: Problem) -> list[str]:
     """Parts on unknown or disallowed devices, parts of fewer than one sample, splits outside the batch
-    objective, and tasks whose parts do not cover the batch."""
+    objective or of a whole_batch task, and tasks whose parts do not cover the batch."""
     graph, platform, parts, v = problem.graph, problem.platform, plan.parts, []
     for t in graph.tasks:
         p = parts[t.id]
@@ -91,6 +91,9 @@ def _part_violations(plan: Plan, problem: Problem) -> list[str]:
                 v.append(f"task {t.id!r} has a part of {b} samples")
         if problem.objective.kind != "batch" and len(p) != 1:
             v.append(f"task {t.id!r} is split into {len(p)} parts, allowed only for the batch objective")
+        elif t.whole_batch and len(p) != 1:
+            v.append(f"task {t.id!r} must run on the whole batch at once (whole_batch: its result for a sample "
+                     f"depends on other samples), not in {len(p)} parts")
         if sum(b for _, b in p) != problem.batch_size:
             v.append(f"task {t.id!r} covers {sum(b for _, b in p)} samples, not {problem.batch_size}")
     return v

@@ -12,6 +12,7 @@ check_estimator does for estimators): a new solver is tested the day it is regis
 
 import random
 import time
+from dataclasses import replace
 
 import pytest
 from conftest import two_servers
@@ -132,3 +133,20 @@ def test_a_problem_at_the_edges_gets_a_valid_plan_or_a_clear_refusal(solver, kin
         assert diviml.validate(plan, problem).ok
         assert plan.bound <= plan.objective * (1 + 1e-9)
     assert capfd.readouterr().out == ""  # stdout belongs to --json: native libraries print elsewhere
+
+
+def _with_whole_batch_tasks(problem: Problem) -> tuple[Problem, set[str]]:
+    """``problem`` with a task a third and two thirds down its order marked to run on the whole batch."""
+    order = problem.graph.topological_order
+    marked = {order[len(order) // 3], order[2 * len(order) // 3]}
+    tasks = [replace(t, whole_batch=t.id in marked) for t in problem.graph.tasks]
+    return Problem(TaskGraph.create(tasks, problem.graph.edges, name="marked"), problem.platform,
+                   problem.objective), marked
+
+
+@pytest.mark.parametrize("solver", [name for name, kind in CASES if kind == "batch"])
+def test_a_task_that_must_run_on_the_whole_batch_is_never_cut(solver):
+    problem, marked = _with_whole_batch_tasks(problem_for("batch"))
+    plan = diviml.solve(problem, solver, time_limit=LIMIT_S, seed=1)
+    assert diviml.validate(plan, problem).ok
+    assert all(len(plan.parts[t]) == 1 for t in marked)

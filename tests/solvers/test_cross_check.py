@@ -13,6 +13,7 @@ import math
 import random
 import time
 import traceback
+from dataclasses import replace
 
 import pytest
 
@@ -76,12 +77,23 @@ def random_problem(seed: int, kind: str, tasks: tuple[int, int] = (3, 9), batche
         platform = random_platform(rng)
         batch = rng.randint(*batches) if kind == "batch" else 1
         graph = random_graph(rng, rng.randint(*tasks), sorted({d.type for d in platform.devices}), batch)
+        if kind == "batch":
+            graph = _some_whole_batch(graph, random.Random(seed + 1_000_003))
         objective = Objective(kind.removesuffix("-contiguous"), batch if kind == "batch" else None,
                               contiguous=kind.endswith("-contiguous"), max_calls=rng.randint(1, 3))
         try:
             return Problem(graph, platform, objective)
         except DivimlError:
             continue
+
+
+def _some_whole_batch(graph: TaskGraph, rng: random.Random) -> TaskGraph:
+    """In three problems of ten, about a fifth of the tasks marked to run on the whole batch (drawn apart from
+    the problem, so the rest of it is what the seed drew before there were such tasks)."""
+    if rng.random() >= 0.3:
+        return graph
+    tasks = [replace(t, whole_batch=rng.random() < 0.2) for t in graph.tasks]
+    return TaskGraph.create(tasks, graph.edges, name=graph.name, batch_size=graph.batch_size)
 
 
 def cross_check(problem: Problem, limit: float) -> list[tuple[str, str]]:

@@ -44,3 +44,19 @@ def test_data_parallel_refuses_other_objectives(resnet50_batch8):
     from dataclasses import replace
     with pytest.raises(diviml.InputError, match="does not handle objective 'latency'"):
         diviml.solve(replace(resnet50_batch8, objective=Objective("latency")), "data-parallel", time_limit=5)
+
+
+def test_a_task_that_must_run_on_the_whole_batch_gathers_the_shares_on_the_largest_ones_device():
+    from dataclasses import replace
+
+    from diviml import TaskGraph
+    from diviml.generators import layered_dag
+    graph = layered_dag(14, seed=3)
+    middle = graph.topological_order[7]
+    graph = TaskGraph.create([replace(t, whole_batch=t.id == middle) for t in graph.tasks], graph.edges)
+    problem = Problem(graph, preset("paper-server"), Objective("batch", 8))
+    plan = diviml.solve(problem, "data-parallel", time_limit=10)
+    shares = {d: b for d, b in plan.parts[graph.topological_order[0]]}
+    assert len(shares) >= 2 and validate(plan, problem).ok  # the others split over the devices
+    assert plan.parts[middle] == [(max(shares, key=shares.get), 8)]
+    assert batch_splits(problem) == [(8,)]  # the job-graph solvers keep every task whole around it

@@ -172,9 +172,25 @@ def _program(source: ModelSource, plan: Plan, problem, batch: int, split: bool):
         _check_edges(captured, problem.graph)
     order = plan.device_order or stream_order(captured, plan.placement)
     if split:
+        _check_cut_tasks(captured, plan, source)
         jobs = split_rows(captured, plan.parts, order, batch)
         return captured, jobs.captured, cut(jobs.captured, jobs.device_order, jobs.task_of), order
     return captured, captured, cut(captured, {d: [t for t, _ in ts] for d, ts in order.items()}), order
+
+
+def _check_cut_tasks(captured, plan: Plan, source: ModelSource) -> None:
+    """Refuse, naming them, a plan that cuts tasks whose result for a sample depends on other samples: its
+    sub-batches would compute something else than the model (a graph profiled before diviml marked such tasks,
+    or a plan made by hand). Checked on two samples, which tell a sample from the others as well as more do."""
+    from ..frontends.pytorch import with_inputs
+    from ..frontends.pytorch._samples import whole_batch_tasks
+    cut_tasks = {t for t, parts in plan.parts.items() if len(parts) > 1}
+    wrong = [t for t in whole_batch_tasks(with_inputs(captured, source.inputs(2))) if t in cut_tasks]
+    if wrong:
+        names = ", ".join(repr(t) for t in wrong[:4]) + (f" and {len(wrong) - 4} more" if len(wrong) > 4 else "")
+        raise InputError(f"the plan cuts {names} into sub-batches, but a sample's result there depends on the "
+                         "other samples, so it must run on the whole batch at once: profile the model again "
+                         "('diviml profile' marks such tasks whole_batch) and schedule from that graph")
 
 
 def stream_order(captured, placement: dict[str, str]) -> dict[str, list[tuple[str, int]]]:

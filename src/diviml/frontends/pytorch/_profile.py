@@ -16,15 +16,17 @@ from ..host import HOST_TYPE, HostSpec, measure_host
 from ._capture import Captured, capture, capture_at, with_inputs
 from ._costs import NodeRecord, nbytes, stored_bytes, task_times
 from ._measure import MIN_TIMING_S, measure
+from ._samples import whole_batch_tasks
 
 
 def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str,
                   measured_type: str | None = HOST_TYPE, analytic_types: Sequence[str] = ("v100", "a100"),
                   batch_size: int = 1, extra_times: dict | None = None, host: HostSpec | None = None,
-                  measured_elsewhere: dict | None = None) -> TaskGraph:
+                  measured_elsewhere: dict | None = None, whole_batch: Sequence[str] = ()) -> TaskGraph:
     """Tasks from the records: measured medians for ``measured_type``, the rest by :func:`task_times` (``host``
     is measured here when the records come from this CPU and it is not given). ``measured_elsewhere`` (task ->
-    device type -> seconds) holds times measured on other devices, which replace those types' estimates."""
+    device type -> seconds) holds times measured on other devices, which replace those types' estimates;
+    ``whole_batch`` names the tasks a batch plan must not cut (:func:`~._samples.whole_batch_tasks`)."""
     if measured_type == HOST_TYPE and host is None:
         host = measure_host()
     gm = captured.gm
@@ -50,7 +52,7 @@ def to_task_graph(captured: Captured, records: list[NodeRecord], *, name: str,
         table = {dt: dict(v) for dt, v in (extra_times or {}).get(r.name, {}).items()}
         tasks.append(Task(id=r.name, kind=r.kind, time=times, time_by_batch=table, flops=r.flops,
                           bytes_accessed=r.bytes_accessed, memory_bytes=memory[r.name], output_bytes=r.output_bytes,
-                          module=captured.module_path.get(r.name)))
+                          module=captured.module_path.get(r.name), whole_batch=r.name in whole_batch))
         edges.extend((p, r.name) for p in r.inputs)
     return TaskGraph.create(tasks, edges, name=name, batch_size=batch_size)
 
@@ -74,14 +76,17 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
     ``also_on`` names more torch devices ("cuda", "cuda:1") on which the same captured program is measured,
     operator by operator, at every batch size; their times are recorded under each device's type (as
     :func:`measured_device_type` names it), so one graph holds the times of every device a plan may run on
-    here, with the task ids of one capture (the ones ``diviml run`` cuts by)."""
+    here, with the task ids of one capture (the ones ``diviml run`` cuts by).
+
+    Tasks whose result for a sample depends on other samples are marked ``whole_batch``, so that a batch plan
+    runs them whole (:func:`~._samples.whole_batch_tasks`; checked where the capture holds a dynamic batch)."""
     if not batches:
         raise InputError("give at least one batch size")
     torch = import_torch()
     host = _this_host(threads or torch.get_num_threads(), progress) if measured_type == HOST_TYPE else None
     # analytic only (no measured type): no weights are allocated, shapes come from meta tensors
     model, inputs_fn = _placed_model(torch, model_fn, inputs_fn, "meta" if measured_type is None else device)
-    elsewhere = [(d, measured_device_type(d)) for d in also_on]
+    [measured_device_type(d) for d in also_on]  # a device that is not here is refused before any work
     per_batch: dict[int, dict[str, NodeRecord]] = {}
     other_times: dict[int, dict[str, dict[str, float]]] = {}  # batch -> task -> device type -> seconds
     base = None
@@ -97,15 +102,13 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
         records = measure(captured, repeats=repeats if measured_type else 0, warmup=warmup if measured_type else 0,
                           threads=threads, min_time_s=min_time_s, progress=progress)
         per_batch[b] = {r.name: r for r in records}
-        for other, other_type in elsewhere:
-            if progress:
-                progress(f"  measuring the same program on {other} ({other_type})")
-            for r in measure(on_device(captured, other), repeats=repeats, warmup=warmup, threads=threads,
-                             min_time_s=min_time_s, progress=progress):
-                other_times.setdefault(b, {}).setdefault(r.name, {}).update(task_times(r, other_type, [], None))
+        other_times[b] = _measured_elsewhere(captured, also_on, progress, repeats=repeats, warmup=warmup,
+                                             threads=threads, min_time_s=min_time_s)
         if base is None:
             base = (captured, records)
     captured, records = base
+    # which tasks mix samples, on two samples at least (real tensors only: a meta tensor has no values)
+    whole = whole_batch_tasks(with_inputs(captured, inputs_fn(max(2, batches[0])))) if measured_type else ()
     for b in batches[1:]:
         _check_same_graph(name, batches[0], records, b, list(per_batch[b].values()))
     extra = {r.name: _by_batch({b: {**task_times(per_batch[b][r.name], measured_type, analytic_types, host),
@@ -113,7 +116,19 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
              for r in records}
     return to_task_graph(captured, records, name=name, measured_type=measured_type, analytic_types=analytic_types,
                          batch_size=batches[0], extra_times=extra, host=host,
-                         measured_elsewhere=other_times.get(batches[0], {}))
+                         measured_elsewhere=other_times.get(batches[0], {}), whole_batch=whole)
+
+
+def _measured_elsewhere(captured: Captured, devices: Sequence[str], progress, **timing) -> dict[str, dict[str, float]]:
+    """Task -> device type -> seconds of the captured program measured on each of the torch ``devices``."""
+    out: dict[str, dict[str, float]] = {}
+    for other in devices:
+        other_type = measured_device_type(other)
+        if progress:
+            progress(f"  measuring the same program on {other} ({other_type})")
+        for r in measure(on_device(captured, other), progress=progress, **timing):
+            out.setdefault(r.name, {}).update(task_times(r, other_type, [], None))
+    return out
 
 
 def _by_batch(times: dict[int, dict[str, float]]) -> dict[str, dict[int, float]]:

@@ -5,7 +5,8 @@ batch, some may be 0) and runs every task on its rows; a device's rows flow thro
 it. All integer shares are tried when there are at most ``MAX_COMPOSITIONS`` of them (8 samples over 3
 devices: 45), else a descent from the speed-proportional shares moving one sample at a time between two
 devices, each share simulated while the time allows it and the chosen plan's own simulation after it. A fast
-and a slow GPU then split 5/3 rather than 4/4, which equal sub-batches cannot express.
+and a slow GPU then split 5/3 rather than 4/4, which equal sub-batches cannot express. A task that mixes the
+samples of its batch runs whole on the device of the largest share, the others' rows gathered there.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
     cost = 0.0  # the most seconds one simulation has taken
 
     def parts(shares: tuple[int, ...]) -> dict:
-        return {t.id: [(d, s) for d, s in zip(devices, shares) if s > 0] for t in problem.graph.tasks}
+        split = [(d, s) for d, s in zip(devices, shares) if s > 0]
+        whole = [(max(split, key=lambda p: p[1])[0], n)]  # a task that mixes samples: on the largest share's device
+        return {t.id: whole if t.id in problem.whole_batch else split for t in problem.graph.tasks}
 
     def value(shares: tuple[int, ...]) -> float:
         nonlocal cost

@@ -275,8 +275,11 @@ class _Search:
         if kick and len(own) == 1 and n > 1:  # cut in two, the larger part first, on two devices
             options += [[(d, n - n // 2), (e, n // 2)] for d in allowed for e in allowed if d != e]
         out, seen = [], {tuple(own)}
+        whole = self.timing.tasks[task] in self.problem.whole_batch
         for option in options:
             joined = _joined(option)
+            if whole and len(joined) > 1:  # a task that mixes samples runs on the whole batch
+                continue
             if tuple(joined) not in seen and all(d in allowed for d, _ in joined) and self._fits(task, joined):
                 seen.add(tuple(joined))
                 out.append(joined)

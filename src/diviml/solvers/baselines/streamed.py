@@ -75,13 +75,14 @@ def _best_stream(problem: Problem, placements: Sequence[Mapping[str, str]],
     small one's are mostly fixed cost (a 128-part simulation took 2.4e-5 s per part here, an 8,192-part one
     1.5e-5), and pricing the largest by them stopped searches short of the finest stream under load."""
     n = problem.batch_size
-    counts = sorted({1, n} | {2 ** k for k in range(n.bit_length())})
+    # a task that mixes samples waits for every sub-batch, which a stream's order cannot hold: the whole batch
+    counts = [1] if problem.whole_batch else sorted({1, n} | {2 ** k for k in range(n.bit_length())})
     coarse = len(counts)
     best: tuple[float, Mapping[str, str], tuple[int, ...]] | None = None
     rate, largest = 0.0, 0  # seconds per part of the simulation with the most parts so far, and its parts
     i = 0
     while True:
-        if i == coarse and best is not None:
+        if i == coarse and best is not None and not problem.whole_batch:
             centre = len(best[2])
             counts += sorted(set(range(1, n + 1)) - set(counts), key=lambda c: (abs(c - centre), c))
         if i >= len(counts):

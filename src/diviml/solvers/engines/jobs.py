@@ -167,8 +167,10 @@ def batch_splits(problem: Problem) -> list[tuple[int, ...]]:
     the shares of the L fastest devices that balance the time each takes to run the whole graph on its share
     (:func:`balanced_shares`). Proportional to speed where time is linear in the batch; where kernels are
     launch-bound a share costs nearly as much as the whole batch, and the faster GPU takes more: mobilenet_v3_large
-    at batch 8 on paper-server, 5 on the A100 and 3 on the V100 (speeds at the full batch said 4/4)."""
-    if problem.objective.kind != "batch":
+    at batch 8 on paper-server, 5 on the A100 and 3 on the V100 (speeds at the full batch said 4/4).
+    Where a task mixes the samples of its batch, which a job graph cannot keep whole while it cuts the others,
+    only the whole batch (the parts polish then cuts the other tasks)."""
+    if problem.objective.kind != "batch" or problem.whole_batch:  # a task run on the whole batch: every task here
         return [(problem.batch_size,)]
     n, k = problem.batch_size, len(problem.platform.devices)
     splits = [near_equal_split(n, parts) for parts in range(1, min(k, n) + 1)]
