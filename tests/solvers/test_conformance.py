@@ -150,3 +150,5 @@ def test_a_task_that_must_run_on_the_whole_batch_is_never_cut(solver):
     plan = diviml.solve(problem, solver, time_limit=LIMIT_S, seed=1)
     assert diviml.validate(plan, problem).ok
     assert all(len(plan.parts[t]) == 1 for t in marked)
+    if solver in ("exact", "milp", "split"):  # the engines search the whole batch only, and say why
+        assert any("must run on the whole batch at once (whole_batch" in n for n in plan.notes)
