@@ -24,13 +24,13 @@ from ._commands import (
     cmd_models,
     cmd_platforms,
     cmd_profile,
-    cmd_run,
     cmd_schedule,
     cmd_solvers,
     cmd_validate,
 )
 from ._output import _print_human
 from ._parser import build_parser
+from ._run import cmd_run
 from ._tune import cmd_tune
 
 COMMANDS = {"schedule": cmd_schedule, "evaluate": cmd_evaluate, "validate": cmd_validate, "profile": cmd_profile,
