@@ -256,8 +256,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
     upper = baseline.objective if baseline else serial_upper_bound(problem)
     best, improved, bound = baseline, False, lower_bound(problem, watch.left / 4)
     source = lower_bound_source(problem)
-    statuses, notes, stats = [], [], _baseline_stats(baseline)
-    notes += [n for n in (whole_batch_note(problem),) if n]
+    statuses, notes, stats = [], [n for n in (whole_batch_note(problem),) if n], _baseline_stats(baseline)
     whole: tuple[float, bool] | None = None  # batch: the whole-batch model's bound, and whether it is its optimum
     reserve = parts_polish.prepare(problem, time_limit)  # the parts polish's, after the engine
     for i, sizes in enumerate(splits):
