@@ -43,6 +43,7 @@ def files(tmp_path_factory):
     model = f"{where / 'by_largest.py'}:make"
     r = cli("profile", model, "--platform", "cpu-workers-2", "--out", where / "graph.json")
     assert r.returncode == 0, r.stderr
+    assert "1 task(s) mix the samples of a batch" in r.stdout and "max_1" in r.stdout  # the user is told
     return where, model
 
 

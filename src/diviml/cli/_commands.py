@@ -240,8 +240,17 @@ def cmd_profile(args) -> dict:
     return {"calibration": calibration, "model": source.name, "threads": threads, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
             "flops": sum(t.flops or 0.0 for t in graph.tasks), "memory_bytes": sum(t.memory_bytes for t in graph.tasks),
             "total_time_s": times, "measured": measured, "measured_types": [t for t in types if t],
-            "notes": _unmeasured_gpus(platform, [t for t in types if t and t != HOST_TYPE]),
-            "written": [args.out] if args.out else []}
+            "notes": _unmeasured_gpus(platform, [t for t in types if t and t != HOST_TYPE]) + _whole_batch(graph),
+            "whole_batch": [t.id for t in graph.tasks if t.whole_batch], "written": [args.out] if args.out else []}
+
+
+def _whole_batch(graph) -> list[str]:
+    """A note naming the tasks a batch plan must run whole (their result for a sample depends on others)."""
+    names = [t.id for t in graph.tasks if t.whole_batch]
+    if not names:
+        return []
+    return [f"{len(names)} task(s) mix the samples of a batch, so batch plans run them on the whole batch at once "
+            f"(whole_batch): {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}"]
 
 
 def _unmeasured_gpus(platform, measured_gpus: list[str]) -> list[str]:
