@@ -155,3 +155,17 @@ def _topological(captured, tasks) -> list[str]:
         if task in tasks and task not in seen:
             seen.append(task)
     return seen
+
+
+def test_integer_inputs_of_any_range_are_varied_and_a_lookup_by_them_is_judged():
+    class Lookup(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Embedding(10, 4)
+
+        def forward(self, ids, offsets):
+            picked = self.table(ids + 5)
+            return picked * (offsets - offsets.min()).unsqueeze(-1)  # the batch's least offset: mixes
+
+    found = _kinds(Lookup(), lambda b: (torch.randint(-5, 5, (b,)), torch.full((b,), -1) - torch.arange(b)))  # largest -1
+    assert found == {"min"}

@@ -18,6 +18,7 @@ whole too. None of these is found in the model zoo's CNNs and transformers.
 
 from __future__ import annotations
 
+from ...errors import InputError
 from .._torch import import_torch
 from ._capture import Captured, task_of_nodes
 from ._layout import BatchLayout
@@ -38,7 +39,10 @@ def whole_batch_tasks(captured: Captured, seed: int = 0) -> tuple[str, ...]:
     torch = import_torch()
     if not captured.dynamic_batch:
         return ()
-    layout = BatchLayout(captured)
+    try:
+        layout = BatchLayout(captured)
+    except InputError:  # no single batch symbol: the runtime cuts no task of it either
+        return ()
     nodes = {n.name: n for n in captured.gm.graph.nodes}
     batch = _batch_of(captured, layout, nodes)
     if batch < 2:
@@ -103,8 +107,9 @@ def _varied(torch, value, where: tuple[int, int, int], batch: int, generator):
         scale = float(value.abs().max()) if value.numel() else 0.0
         noise = torch.randn(value.shape, generator=generator).to(value.device, value.dtype)
         other = value + noise * max(scale, 1.0)
-    else:
-        other = (value + 1) % (int(value.max()) + 1) if value.numel() else value
+    else:  # within [0, largest] where the values are ids or a mask; past it they may fail, and go unjudged
+        top = int(value.max()) + 1 if value.numel() else 0
+        other = (value + 1) % top if top > 1 else value + 1
     return _with_first_sample(torch, other, value, where, batch)
 
 
