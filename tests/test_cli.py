@@ -88,6 +88,11 @@ HUGE = json.dumps({"tasks": [{"id": "a", "time": {"cpu": 1, "a100": 1}, "memory_
     (lambda t: [EXAMPLE, "--objective", "pipeline", "--solver", "heft"], "does not handle objective"),
     (lambda t: [_write(t, "empty.json", "[]")], "neither a diviml graph"),
     (lambda t: [EXAMPLE, "--piece-size", "0"], "--piece-size must be a whole number >= 1"),
+    # an option another objective reads is not silently ignored: --batch alone would give a latency plan
+    (lambda t: [EXAMPLE, "--batch", "32"], "--batch applies to --objective batch, not latency"),
+    (lambda t: [EXAMPLE, "--objective", "batch", "--training", "gpipe"], "--training applies to --objective pipeline"),
+    (lambda t: [EXAMPLE, "--no-contiguous"], "--contiguous/--no-contiguous applies to --objective pipeline"),
+    (lambda t: [EXAMPLE, "--objective", "pipeline", "--calls", "2"], "--calls applies to --objective call-latency"),
 ])
 def test_bad_input_gives_exit_2_one_line_and_no_output_file(tmp_path, make_args, message):
     out = tmp_path / "plan.json"

@@ -22,13 +22,22 @@ from ..reports import gantt
 from ..simulate import pipeline_loads
 from ..validate import validate
 
+# the options read by one objective only: flag -> (argument, that objective)
+OBJECTIVE_OPTIONS = {"--batch": ("batch", "batch"), "--training": ("training", "pipeline"),
+                     "--contiguous/--no-contiguous": ("contiguous", "pipeline"), "--calls": ("calls", "call-latency")}
+
 
 def _problem(args, objective_kind: str | None = None) -> Problem:
     """The problem the command's arguments name; the lines saying which device types had their times derived
     are kept in ``args.derived`` (shown unless --quiet, and among a schedule's notes)."""
     args.derived = []
     kind = objective_kind or args.objective
-    objective = Objective(kind, args.batch, args.training, args.contiguous, args.calls)
+    for flag, (name, wanted) in OBJECTIVE_OPTIONS.items():
+        if getattr(args, name) is not None and kind != wanted:  # it would be read by nothing
+            raise InputError(f"{flag} applies to --objective {wanted}, not {kind}: add --objective {wanted}, or "
+                             f"leave {flag} out")
+    objective = Objective(kind, args.batch, args.training or "pipedream", bool(args.contiguous),
+                          1 if args.calls is None else args.calls)
     if names_a_model(args.input):
         inp = Input(model_graph(args.input, refresh=getattr(args, "refresh", False),
                                 progress=None if getattr(args, "quiet", True) else _progress), None, "model")

@@ -23,11 +23,12 @@ def _add_problem_options(p: argparse.ArgumentParser, default_objective: str | No
                    "default: the scenario's own machine, else paper-server")
     p.add_argument("--objective", choices=OBJECTIVES, default=default_objective)
     p.add_argument("--batch", type=int, help="requests per batch for --objective batch (default 8)")
-    p.add_argument("--training", choices=("pipedream", "gpipe"), default="pipedream",
-                   help="training objective for pipelines of training graphs")
-    p.add_argument("--contiguous", action=argparse.BooleanOptionalAction, default=False,
+    # these four apply to one objective each (cli._commands.OBJECTIVE_OPTIONS): given for another, refused
+    p.add_argument("--training", choices=("pipedream", "gpipe"),
+                   help="pipeline: the training objective for pipelines of training graphs (default pipedream)")
+    p.add_argument("--contiguous", action=argparse.BooleanOptionalAction,
                    help="pipeline: stages that run in one order (every device holds a convex node set, and no two devices pass tensors both ways)")
-    p.add_argument("--calls", type=int, default=1,
+    p.add_argument("--calls", type=int,
                    help="call-latency: calls (contiguous subgraphs) per accelerator, q (default 1)")
     p.add_argument("--accelerators", type=int, help="NeurIPS scenario: override k")
     p.add_argument("--cpus", type=int, help="NeurIPS scenario: override l")
