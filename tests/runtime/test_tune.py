@@ -77,6 +77,7 @@ def test_the_command_writes_the_fastest_plan_with_the_graph_and_platform_it_was_
 @pytest.mark.parametrize("args, says", [
     (["--rounds", "0"], "--rounds must be >= 1"),
     (["--platform-out", "p.txt"], "give a .yaml, .yml or .json file"),
+    (["--batch", "4"], "--batch applies to --objective batch, not latency"),  # not a latency plan without a word
 ])
 def test_bad_requests_get_one_line_and_exit_2_and_write_nothing(tmp_path, args, says):
     g = tmp_path / "g.json"

@@ -22,7 +22,10 @@ def cmd_tune(args) -> dict:
     if args.rounds < 1:
         raise InputError(f"--rounds must be >= 1, got {args.rounds}")
     platform = Platform.load(args.platform or DEFAULT_PLATFORM)
-    objective = Objective(args.objective, args.batch if args.objective == "batch" else None)
+    if args.batch is not None and args.objective != "batch":  # it would be read by nothing
+        raise InputError(f"--batch applies to --objective batch, not {args.objective}: add --objective batch, or "
+                         "leave --batch out")
+    objective = Objective(args.objective, args.batch)
     problem = Problem(load_input(args.graph).graph, platform, objective)
     report = tune(model_source(args.model), problem, solver=args.solver, time_limit=args.time_limit,
                   rounds=args.rounds, repeats=args.repeats, warmup=args.warmup,
