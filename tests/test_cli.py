@@ -93,6 +93,7 @@ HUGE = json.dumps({"tasks": [{"id": "a", "time": {"cpu": 1, "a100": 1}, "memory_
     (lambda t: [EXAMPLE, "--objective", "batch", "--training", "gpipe"], "--training applies to --objective pipeline"),
     (lambda t: [EXAMPLE, "--no-contiguous"], "--contiguous/--no-contiguous applies to --objective pipeline"),
     (lambda t: [EXAMPLE, "--objective", "pipeline", "--calls", "2"], "--calls applies to --objective call-latency"),
+    (lambda t: ["gpt-tiny", "--accelerators", "2"], "apply to NeurIPS 2020 scenarios only"),  # before profiling
 ])
 def test_bad_input_gives_exit_2_one_line_and_no_output_file(tmp_path, make_args, message):
     out = tmp_path / "plan.json"

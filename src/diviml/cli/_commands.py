@@ -39,6 +39,9 @@ def _problem(args, objective_kind: str | None = None) -> Problem:
     objective = Objective(kind, args.batch, args.training or "pipedream", bool(args.contiguous),
                           1 if args.calls is None else args.calls)
     if names_a_model(args.input):
+        if any(x is not None for x in (args.accelerators, args.cpus, args.memory)):
+            raise InputError("--accelerators/--cpus/--memory apply to NeurIPS 2020 scenarios only; give a "
+                             "--platform file for a model")
         inp = Input(model_graph(args.input, refresh=getattr(args, "refresh", False),
                                 progress=None if getattr(args, "quiet", True) else _progress), None, "model")
     else:
