@@ -25,6 +25,13 @@ class Input:
     format: str  # "diviml", "neurips2020" or "model"
 
 
+def refuse_scenario_options(accelerators: int | None, cpus: int | None, memory: float | None, what: str) -> None:
+    """The NeurIPS 2020 scenario's overrides (k, l, memory) given for ``what`` else: an InputError."""
+    if any(x is not None for x in (accelerators, cpus, memory)):
+        raise InputError(f"--accelerators/--cpus/--memory apply to NeurIPS 2020 scenarios only; give a --platform "
+                         f"file for {what}")
+
+
 def load_input(path: str | Path, *, accelerators: int | None = None, cpus: int | None = None,
                memory: float | None = None) -> Input:
     """A diviml graph file or a NeurIPS 2020 scenario (a named model is profiled by
@@ -38,9 +45,7 @@ def load_input(path: str | Path, *, accelerators: int | None = None, cpus: int |
             platform = neurips2020.platform_from_scenario(data, accelerators=accelerators, cpus=cpus, memory=memory)
         return Input(graph, platform, "neurips2020")
     if isinstance(data, dict) and ("tasks" in data or "schema" in data):
-        if any(x is not None for x in (accelerators, cpus, memory)):
-            raise InputError("--accelerators/--cpus/--memory apply to NeurIPS 2020 scenarios only; "
-                             "give a --platform file for a diviml graph")
+        refuse_scenario_options(accelerators, cpus, memory, "a diviml graph")
         with in_file(path):
             return Input(TaskGraph.from_dict(data), None, "diviml")
     raise InputError(f"{path}: neither a diviml graph (with 'tasks' and 'edges') nor a NeurIPS 2020 scenario "

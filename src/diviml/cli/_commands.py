@@ -14,7 +14,7 @@ from ..files import write_files_atomic
 from ..frontends import neurips2020
 from ..frontends.host import HOST_TYPE
 from ..frontends.models import model_graph, names_a_model
-from ..io import Input, load_input, problem_of
+from ..io import Input, load_input, problem_of, refuse_scenario_options
 from ..plan import Plan
 from ..platform import preset, preset_names
 from ..problem import Objective, Problem
@@ -27,21 +27,25 @@ OBJECTIVE_OPTIONS = {"--batch": ("batch", "batch"), "--training": ("training", "
                      "--contiguous/--no-contiguous": ("contiguous", "pipeline"), "--calls": ("calls", "call-latency")}
 
 
+def check_objective_options(args, kind: str) -> None:
+    """Refuse an option of :data:`OBJECTIVE_OPTIONS` (those a command has) given for another objective: it
+    would be read by nothing (a --batch without --objective batch gave a latency plan without a word)."""
+    for flag, (name, wanted) in OBJECTIVE_OPTIONS.items():
+        if getattr(args, name, None) is not None and kind != wanted:
+            raise InputError(f"{flag} applies to --objective {wanted}, not {kind}: add --objective {wanted}, or "
+                             f"leave {flag} out")
+
+
 def _problem(args, objective_kind: str | None = None) -> Problem:
     """The problem the command's arguments name; the lines saying which device types had their times derived
     are kept in ``args.derived`` (shown unless --quiet, and among a schedule's notes)."""
     args.derived = []
     kind = objective_kind or args.objective
-    for flag, (name, wanted) in OBJECTIVE_OPTIONS.items():
-        if getattr(args, name) is not None and kind != wanted:  # it would be read by nothing
-            raise InputError(f"{flag} applies to --objective {wanted}, not {kind}: add --objective {wanted}, or "
-                             f"leave {flag} out")
+    check_objective_options(args, kind)
     objective = Objective(kind, args.batch, args.training or "pipedream", bool(args.contiguous),
                           1 if args.calls is None else args.calls)
     if names_a_model(args.input):
-        if any(x is not None for x in (args.accelerators, args.cpus, args.memory)):
-            raise InputError("--accelerators/--cpus/--memory apply to NeurIPS 2020 scenarios only; give a "
-                             "--platform file for a model")
+        refuse_scenario_options(args.accelerators, args.cpus, args.memory, "a model")
         inp = Input(model_graph(args.input, refresh=getattr(args, "refresh", False),
                                 progress=None if getattr(args, "quiet", True) else _progress), None, "model")
     else:

@@ -11,7 +11,7 @@ from ..files import write_files_atomic
 from ..io import DEFAULT_PLATFORM, load_input
 from ..platform import Platform
 from ..problem import Objective, Problem
-from ._commands import _check_folders, _progress, platform_text
+from ._commands import _check_folders, _progress, check_objective_options, platform_text
 
 
 def cmd_tune(args) -> dict:
@@ -22,9 +22,7 @@ def cmd_tune(args) -> dict:
     if args.rounds < 1:
         raise InputError(f"--rounds must be >= 1, got {args.rounds}")
     platform = Platform.load(args.platform or DEFAULT_PLATFORM)
-    if args.batch is not None and args.objective != "batch":  # it would be read by nothing
-        raise InputError(f"--batch applies to --objective batch, not {args.objective}: add --objective batch, or "
-                         "leave --batch out")
+    check_objective_options(args, args.objective)
     objective = Objective(args.objective, args.batch)
     problem = Problem(load_input(args.graph).graph, platform, objective)
     report = tune(model_source(args.model), problem, solver=args.solver, time_limit=args.time_limit,

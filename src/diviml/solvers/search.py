@@ -256,7 +256,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
     upper = baseline.objective if baseline else serial_upper_bound(problem)
     best, improved, bound = baseline, False, lower_bound(problem, watch.left / 4)
     source = lower_bound_source(problem)
-    statuses, notes, stats = [], [n for n in (whole_batch_note(problem),) if n], _baseline_stats(baseline)
+    statuses, notes, stats = [], whole_batch_notes(problem), _baseline_stats(baseline)
     whole: tuple[float, bool] | None = None  # batch: the whole-batch model's bound, and whether it is its optimum
     reserve = parts_polish.prepare(problem, time_limit)  # the parts polish's, after the engine
     for i, sizes in enumerate(splits):
@@ -328,14 +328,14 @@ def _whole_task_bound(out: Outcome, upper: float) -> tuple[float, bool] | None:
     return min(out.bound, upper), out.status == "optimal"
 
 
-def whole_batch_note(problem: Problem) -> str | None:
-    """Why a batch was searched whole by the engines: tasks that must run on the whole batch (None if none)."""
+def whole_batch_notes(problem: Problem) -> list[str]:
+    """Why a batch was searched whole by the engines: tasks that must run on the whole batch (none: no note)."""
     if problem.objective.kind != "batch" or not problem.whole_batch:
-        return None
+        return []
     names = sorted(problem.whole_batch)
-    return (f"{len(names)} task(s) must run on the whole batch at once (whole_batch: {', '.join(names[:3])}"
+    return [f"{len(names)} task(s) must run on the whole batch at once (whole_batch: {', '.join(names[:3])}"
             f"{' ...' if len(names) > 3 else ''}), so the engine searched the whole batch only; the other tasks "
-            "are cut by the baselines and the parts polish")
+            "are cut by the baselines and the parts polish"]
 
 
 def whole_task_note(plan: Plan, whole_bound: float, proven: bool, bound: float) -> str:

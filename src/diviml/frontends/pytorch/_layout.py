@@ -64,7 +64,7 @@ class BatchLayout:
         val = node.meta.get("val")
         if not isinstance(val, self.torch.Tensor):
             return "unknown" if self.depends(node) else None
-        found = [d for d, size in enumerate(val.shape) if self.batch in self._expr(size).free_symbols]
+        found = self.batch_dims(val)
         if len(found) != 1:
             return "unknown" if found else None
         dim, size = found[0], self._expr(val.shape[found[0]])
@@ -99,9 +99,9 @@ class BatchLayout:
             return dim, int(outer_here), int(inner_here)
         return "unknown"
 
-    def dims_holding_batch(self, value) -> int:
-        """How many dimensions of a tensor value (its export's fake tensor) have a size read off the batch."""
-        return sum(self.batch in self._expr(size).free_symbols for size in value.shape)
+    def batch_dims(self, value) -> list[int]:
+        """The dimensions of a tensor value (its export's fake tensor) whose size is read off the batch."""
+        return [d for d, size in enumerate(value.shape) if self.batch in self._expr(size).free_symbols]
 
     def sizes(self, node, samples: int) -> list[int]:
         """The value's sizes where it holds ``samples`` samples."""

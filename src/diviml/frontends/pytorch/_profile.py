@@ -86,7 +86,7 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
     host = _this_host(threads or torch.get_num_threads(), progress) if measured_type == HOST_TYPE else None
     # analytic only (no measured type): no weights are allocated, shapes come from meta tensors
     model, inputs_fn = _placed_model(torch, model_fn, inputs_fn, "meta" if measured_type is None else device)
-    [measured_device_type(d) for d in also_on]  # a device that is not here is refused before any work
+    elsewhere = [(d, measured_device_type(d)) for d in also_on]  # a device not here: refused before any work
     per_batch: dict[int, dict[str, NodeRecord]] = {}
     other_times: dict[int, dict[str, dict[str, float]]] = {}  # batch -> task -> device type -> seconds
     base = None
@@ -102,7 +102,7 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
         records = measure(captured, repeats=repeats if measured_type else 0, warmup=warmup if measured_type else 0,
                           threads=threads, min_time_s=min_time_s, progress=progress)
         per_batch[b] = {r.name: r for r in records}
-        other_times[b] = _measured_elsewhere(captured, also_on, progress, repeats=repeats, warmup=warmup,
+        other_times[b] = _measured_elsewhere(captured, elsewhere, progress, repeats=repeats, warmup=warmup,
                                              threads=threads, min_time_s=min_time_s)
         if base is None:
             base = (captured, records)
@@ -119,11 +119,12 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
                          measured_elsewhere=other_times.get(batches[0], {}), whole_batch=whole)
 
 
-def _measured_elsewhere(captured: Captured, devices: Sequence[str], progress, **timing) -> dict[str, dict[str, float]]:
-    """Task -> device type -> seconds of the captured program measured on each of the torch ``devices``."""
+def _measured_elsewhere(captured: Captured, devices: Sequence[tuple[str, str | None]], progress,
+                        **timing) -> dict[str, dict[str, float]]:
+    """Task -> device type -> seconds of the captured program measured on each of the torch ``devices`` (each
+    with the type its times are recorded under)."""
     out: dict[str, dict[str, float]] = {}
-    for other in devices:
-        other_type = measured_device_type(other)
+    for other, other_type in devices:
         if progress:
             progress(f"  measuring the same program on {other} ({other_type})")
         for r in measure(on_device(captured, other), progress=progress, **timing):

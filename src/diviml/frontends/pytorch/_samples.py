@@ -69,7 +69,7 @@ def _uncuttable(torch, captured: Captured, layout: BatchLayout, task_of: dict) -
     for node in captured.gm.graph.nodes:
         value = node.meta.get("val")
         if node.name in task_of and isinstance(value, torch.Tensor):
-            if layout.dims_holding_batch(value) > 1:
+            if len(layout.batch_dims(value)) > 1:
                 out.add(task_of[node.name])
         for a in node.all_input_nodes:
             if a.name not in task_of or task_of[a.name] == task_of.get(node.name) or a.name in captured.user_inputs:

@@ -16,7 +16,7 @@ from ..baselines import parts_polish
 from ..engines.jobs import JobGraph
 from ..engines.modules import Chain, detect
 from ..engines.plans import MAKE_PLAN_S_PER_TASK, Stopwatch, better_bound
-from ..search import promising_splits, whole_batch_note, whole_task_note
+from ..search import promising_splits, whole_batch_notes, whole_task_note
 from ._join import Counts, JoinResult, join, plan_of
 from ._messages import NAME
 from ._partial import takes_time
@@ -257,6 +257,6 @@ def _finish(problem: Problem, chain: Chain, walks: _Walks, splits: int, reused: 
     if walks.whole is not None and status != "optimal":
         stats["whole_task_bound"] = walks.whole[0]
         notes.append(whole_task_note(best, *walks.whole, bound))
-    notes += [n for n in (whole_batch_note(problem),) if n]
+    notes += whole_batch_notes(problem)
     return replace(best, solver=NAME, status=status, bound=bound, bound_source=source, solve_time_s=watch.elapsed,
                    notes=tuple(notes), stats={**best.stats, **stats})
