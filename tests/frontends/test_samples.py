@@ -108,6 +108,24 @@ def test_random_numbers_drawn_inside_the_model_are_not_taken_for_mixing():
     assert _found(Noisy(), lambda b: (torch.randn(b, 5),)) == ()
 
 
+class ReturnsItsBatch(nn.Module):
+    """Returns the size of its batch beside a tensor: a sub-batch would give its own size."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return {"y": self.a(x), "n": x.shape[0]}
+
+
+def test_a_size_of_the_batch_the_model_returns_is_its_own_task_and_kept_whole():
+    captured = capture_at(ReturnsItsBatch().eval(), lambda b: (torch.randn(b, 8),), 4)
+    size = next(n.name for n in captured.gm.graph.nodes if n.name.startswith("sym_size"))
+    assert task_of_nodes(captured)[size] == size  # a task of the graph, not part of the output
+    assert whole_batch_tasks(captured) == (size,)
+
+
 def test_a_program_without_a_dynamic_batch_or_with_one_sample_is_not_judged():
     model = ByLargest().eval()
     assert whole_batch_tasks(capture(model, (torch.randn(4, 16),))) == ()  # exported at a fixed batch

@@ -12,8 +12,9 @@ from ._rewrite import PART_OF, read_sizes_locally, read_weights_once
 # raised whenever a change to capture changes the graphs it makes, so that cached profiles are made again
 # (2: a weight broadcast over the sequence read once; 3: the batch size read off an operator's own input; 4:
 # sizes computed from the batch, such as sequence x batch rows, too; frontends/pytorch/_rewrite.py; 5: tasks that
-# mix samples marked whole_batch, frontends/pytorch/_samples.py)
-CAPTURE_REVISION = 5
+# mix samples marked whole_batch, frontends/pytorch/_samples.py; 6: a size of the batch the model returns is a
+# task of its own, kept whole)
+CAPTURE_REVISION = 6
 
 
 @dataclass

@@ -91,7 +91,8 @@ def read_sizes_locally(gm) -> int:
     done = 0
     for size in [n for n in gm.graph.nodes if n.op == "call_function" and _symbolic(n)]:
         for user in list(size.users):
-            if _symbolic(user) or (is_size_read(size) and size.args[0] in user.all_input_nodes):
+            if (user.op == "output" or _symbolic(user)
+                    or (is_size_read(size) and size.args[0] in user.all_input_nodes)):
                 continue
             with gm.graph.inserting_before(user):
                 local = _local_size(gm.graph, user, size.meta["val"])
@@ -100,8 +101,9 @@ def read_sizes_locally(gm) -> int:
                 done += 1
     done = _tidied(gm, done)
     for size in gm.graph.nodes:
-        if is_size_read(size) and len(size.users) == 1 and size.args[0] in next(iter(size.users)).all_input_nodes:
-            size.meta.setdefault(PART_OF, next(iter(size.users)).name)
+        user = next(iter(size.users), None)
+        if is_size_read(size) and len(size.users) == 1 and user.op != "output" and size.args[0] in user.all_input_nodes:
+            size.meta.setdefault(PART_OF, user.name)
     return done
 
 

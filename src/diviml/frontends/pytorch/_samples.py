@@ -63,14 +63,18 @@ def whole_batch_tasks(captured: Captured, seed: int = 0) -> tuple[str, ...]:
 
 
 def _uncuttable(torch, captured: Captured, layout: BatchLayout, task_of: dict) -> set[str]:
-    """Tasks making a tensor that holds the batch in two dimensions, and both ends of a tensor passed between
-    tasks (or out of the program) whose batch cannot be located."""
+    """Tasks making a tensor that holds the batch in two dimensions or a size of the batch that the model
+    returns, and both ends of a tensor passed between tasks (or out of the program) whose batch cannot be
+    located."""
     out = set()
     for node in captured.gm.graph.nodes:
         value = node.meta.get("val")
         if node.name in task_of and isinstance(value, torch.Tensor):
             if len(layout.batch_dims(value)) > 1:
                 out.add(task_of[node.name])
+        if (node.name in task_of and isinstance(value, (torch.SymInt, torch.SymFloat)) and layout.depends(node)
+                and any(u.op == "output" for u in node.users)):
+            out.add(task_of[node.name])  # the model returns a size of its batch: a part would give its own
         for a in node.all_input_nodes:
             if a.name not in task_of or task_of[a.name] == task_of.get(node.name) or a.name in captured.user_inputs:
                 continue
