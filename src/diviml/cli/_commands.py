@@ -200,23 +200,24 @@ def cmd_validate(args) -> dict:
 
 def cmd_profile(args) -> dict:
     from ..catalogue import CATALOGUE
-    from ..frontends.pytorch import calibrate, measured_device_type, profile
+    from ..frontends.pytorch import calibrate, default_table_sizes, measured_device_type, profile
     from ..runtime import model_source
     if (args.model is None) == (args.model_option is None):
         raise InputError("give the model once: a zoo name or path/to/file.py:factory (or --model)")
     try:
-        batches = [int(b) for b in args.batch.split(",")]
+        batches = [int(b) for b in (args.batch or "1").split(",")]
     except ValueError:
         raise InputError(f"--batch {args.batch!r}: give batch sizes like 1,8,32") from None
     if any(b < 1 for b in batches):
         raise InputError("batch sizes must be >= 1")
     phased = args.phase or args.dtype or args.seq is not None or args.context is not None
     source = _phase_source(args, batches) if phased else model_source(args.model or args.model_option)
-    if source.batch_fixed is not None and batches != [source.batch_fixed]:
-        if args.batch != "1":
-            raise InputError(f"the factory's inputs have batch {source.batch_fixed}: a factory model is profiled at "
-                             "that batch only (drop --batch)")
-        batches = [source.batch_fixed]
+    also_at: tuple[int, ...] = ()
+    if source.batch_fixed is not None:  # a factory: its own batch, and 1 for the tables, unless sizes are given
+        if args.batch is None:
+            batches, also_at = [source.batch_fixed], default_table_sizes(source.batch_fixed)
+        for b in batches:
+            source.inputs(b)  # inputs that hold no batch to resize: refused before any work
     if args.repeats < 1 or not args.min_time >= 0:
         raise InputError(f"--repeats must be >= 1 and --min-time >= 0 seconds, got {args.repeats} and {args.min_time}")
     _check_folders([args.out])
@@ -244,7 +245,7 @@ def cmd_profile(args) -> dict:
     graph = profile(source.build, source.inputs, name=source.name, batches=batches, measured_type=measured,
                     analytic_types=[t for t in CATALOGUE if t not in types], repeats=args.repeats, threads=threads,
                     min_time_s=args.min_time, progress=progress, device=device or "cpu",
-                    fold_constants=not args.no_fold, also_on=also_on)
+                    fold_constants=not args.no_fold, also_on=also_on, also_at=also_at)
     if args.out:
         graph.save(args.out)
     times = {dt: sum(t.time.get(dt, 0.0) for t in graph.tasks) for dt in sorted(graph.device_types)}

@@ -161,7 +161,8 @@ def _add_profile(sub) -> None:
     pr.add_argument("--model", dest="model_option", help="the same as the positional MODEL")
     pr.add_argument("--platform", help="profile CPU times with the thread count of this platform's CPU devices "
                                        "(e.g. cpu-workers-2: one thread)")
-    pr.add_argument("--batch", default="1", help="batch sizes, comma-separated; the first is the graph's (default 1)")
+    pr.add_argument("--batch", help="batch sizes, comma-separated; the first is the graph's (default 1; a "
+                    "file.py:factory model: its inputs' batch, and 1 for the batch tables)")
     pr.add_argument("--device", default="cpu",
                     help="where to measure: cpu, cuda or cuda:N (times recorded under the catalogue's name for "
                          "that GPU, e.g. h100-sxm), several comma-separated (cpu,cuda: the program captured once, "

@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import InputError
+from ..frontends.pytorch import inputs_at_batch
 
 
 @dataclass(frozen=True)
 class ModelSource:
-    """A model to run: its name, a builder, and its inputs at a batch size (None: fixed by the factory)."""
+    """A model to run: its name, a builder, and its inputs at a batch size; a factory's own batch, which a run
+    uses (None for a zoo model, whose inputs are made at any batch)."""
     name: str
     build: Callable[[], object]
     inputs: Callable[[int], tuple]
@@ -44,7 +46,7 @@ def model_source(spec: str) -> ModelSource:
         raise InputError(f"{path} has no function {attr!r}: give path/to/file.py:factory")
     module_obj, example = _call_factory(factory, spec)
     batch = next((x.shape[0] for x in example if hasattr(x, "shape") and len(x.shape)), 1)
-    return ModelSource(Path(path).stem, lambda: module_obj, lambda _batch: example, batch_fixed=int(batch))
+    return ModelSource(Path(path).stem, lambda: module_obj, inputs_at_batch(example), batch_fixed=int(batch))
 
 
 def _call_factory(factory, spec: str):

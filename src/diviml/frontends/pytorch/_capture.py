@@ -254,3 +254,36 @@ def task_of_nodes(captured: Captured) -> dict[str, str]:
             else:
                 out[node.name] = node.name
     return out
+
+
+def inputs_at_batch(example: tuple) -> Callable[[int], tuple]:
+    """The example inputs at any batch size: every tensor input holds the batch in its first dimension (as the
+    dynamic export takes it), so each is cut to its first ``b`` samples, or its samples repeated in turn up to
+    ``b``; what has no dimension is passed as it is. The example's own batch (its first tensor's first
+    dimension) gives the example itself. Where the tensor inputs differ in their first dimension there is no
+    batch to resize: InputError for any other size.
+
+    >>> import torch
+    >>> at = inputs_at_batch((torch.arange(3).reshape(3, 1), 2.0))
+    >>> at(2)[0].flatten().tolist(), at(5)[0].flatten().tolist(), at(5)[1]
+    ([0, 1], [0, 1, 2, 0, 1], 2.0)
+    """
+    torch = import_torch()
+    firsts = [x.shape[0] for x in example if isinstance(x, torch.Tensor) and x.dim()]
+    own = firsts[0] if firsts else 1
+
+    def resized(x, b: int):
+        if not (isinstance(x, torch.Tensor) and x.dim()):
+            return x
+        if b <= x.shape[0]:
+            return x[:b]
+        return x.repeat(-(-b // x.shape[0]), *[1] * (x.dim() - 1))[:b]
+
+    def at(b: int) -> tuple:
+        if b == own:
+            return example
+        if len(set(firsts)) > 1:
+            raise InputError(f"the factory's tensor inputs differ in their first dimension ({sorted(set(firsts))}), "
+                             f"so they hold no batch to resize to {b}: use the factory's own batch, {own}")
+        return tuple(resized(x, b) for x in example)
+    return at

@@ -13,7 +13,7 @@ from ...graph import Task, TaskGraph
 from .. import zoo
 from .._torch import import_torch
 from ..host import HOST_TYPE, HostSpec, measure_host
-from ._capture import Captured, capture, capture_at, with_inputs
+from ._capture import Captured, capture, capture_at, inputs_at_batch, with_inputs
 from ._costs import NodeRecord, nbytes, stored_bytes, task_times
 from ._measure import MIN_TIMING_S, measure
 from ._samples import whole_batch_tasks
@@ -62,8 +62,10 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
             analytic_types: Sequence[str] = ("v100", "a100"), repeats: int = 5, warmup: int = 1,
             threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
             progress: Callable[[str], None] | None = None, device: str = "cpu",
-            fold_constants: bool = True, also_on: Sequence[str] = ()) -> TaskGraph:
+            fold_constants: bool = True, also_on: Sequence[str] = (), also_at: Sequence[int] = ()) -> TaskGraph:
     """Capture and cost a model at each batch size; the first is the graph's own, the others fill the tables.
+    ``also_at`` adds sizes to the tables only where the program holds a dynamic batch (one program at every
+    size): a table a user did not ask for is never a reason to refuse a model.
 
     ``fold_constants=False`` keeps what depends on no input as per-request work (the cost model before
     constant folding, for comparison).
@@ -90,11 +92,14 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
     per_batch: dict[int, dict[str, NodeRecord]] = {}
     other_times: dict[int, dict[str, dict[str, float]]] = {}  # batch -> task -> device type -> seconds
     base = None
-    for i, b in enumerate(batches):
+    sizes = list(batches)
+    for i, b in enumerate(sizes):
         if progress:
-            progress(f"profiling {name} at batch {b} ({i + 1}/{len(batches)})")
+            progress(f"profiling {name} at batch {b} ({i + 1}/{len(sizes)})")
         if base is None:
             captured = capture_at(model, inputs_fn, b, fold_constants=fold_constants)
+            if captured.dynamic_batch:
+                sizes += [a for a in also_at if a not in sizes]
         elif base[0].dynamic_batch:
             captured = with_inputs(base[0], inputs_fn(b))
         else:
@@ -109,10 +114,10 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
     captured, records = base
     # which tasks mix samples, on two samples at least (real tensors only: a meta tensor has no values)
     whole = whole_batch_tasks(with_inputs(captured, inputs_fn(max(2, batches[0])))) if measured_type else ()
-    for b in batches[1:]:
-        _check_same_graph(name, batches[0], records, b, list(per_batch[b].values()))
+    for b in sizes[1:]:
+        _check_same_graph(name, sizes[0], records, b, list(per_batch[b].values()))
     extra = {r.name: _by_batch({b: {**task_times(per_batch[b][r.name], measured_type, analytic_types, host),
-                                    **other_times.get(b, {}).get(r.name, {})} for b in batches[1:]})
+                                    **other_times.get(b, {}).get(r.name, {})} for b in sizes[1:]})
              for r in records}
     return to_task_graph(captured, records, name=name, measured_type=measured_type, analytic_types=analytic_types,
                          batch_size=batches[0], extra_times=extra, host=host,
@@ -216,19 +221,32 @@ def measured_device_type(device: str | None) -> str | None:
     return device_type_of(torch.cuda.get_device_name(index))
 
 
-def profile_module(module, example_inputs, *, name: str = "model", device: str | None = "cpu", repeats: int = 5,
-                   threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
-                   progress: Callable[[str], None] | None = None, fold_constants: bool = True) -> TaskGraph:
-    """Profile your own ``torch.nn.Module`` on ``example_inputs`` (a tuple), at their batch size: measured on
-    ``device`` ("cpu": this machine's CPU, type 'host', with the catalogue CPU derived from it; "cuda";
-    None for analytic costs only), roofline times for every other device type of the catalogue.
-    Top level as :func:`diviml.profile`."""
+def profile_module(module, example_inputs, *, name: str = "model", batches: Sequence[int] | None = None,
+                   device: str | None = "cpu", repeats: int = 5, threads: int | None = 1,
+                   min_time_s: float = MIN_TIMING_S, progress: Callable[[str], None] | None = None,
+                   fold_constants: bool = True) -> TaskGraph:
+    """Profile your own ``torch.nn.Module`` on ``example_inputs`` (a tuple): measured on ``device`` ("cpu": this
+    machine's CPU, type 'host', with the catalogue CPU derived from it; "cuda"; None for analytic costs only),
+    roofline times for every other device type of the catalogue. Top level as :func:`diviml.profile`.
+
+    ``batches``: the sizes to measure, the first the graph's own; the inputs at another size are the example's
+    cut or repeated along their first dimension (:func:`~._capture.inputs_at_batch`). By default the example's
+    batch, and batch 1 too where that is larger and the program holds a dynamic batch, so that the sub-batches
+    of a batch plan are priced by measured times, not in proportion to the whole batch's."""
     example = tuple(example_inputs)
-    batch = next((int(x.shape[0]) for x in example if hasattr(x, "shape") and len(x.shape)), 1)
+    inputs = inputs_at_batch(example)
+    own = next((int(x.shape[0]) for x in example if hasattr(x, "shape") and len(x.shape)), 1)
     measured = measured_device_type(device)
-    return profile(lambda: module, lambda _batch: example, name=name, batches=(batch,), measured_type=measured,
+    return profile(lambda: module, inputs, name=name, batches=tuple(batches or (own,)), measured_type=measured,
                    analytic_types=[t for t in CATALOGUE if t != measured], repeats=repeats, threads=threads,
-                   min_time_s=min_time_s, progress=progress, device=device or "cpu", fold_constants=fold_constants)
+                   min_time_s=min_time_s, progress=progress, device=device or "cpu", fold_constants=fold_constants,
+                   also_at=default_table_sizes(own) if batches is None else ())
+
+
+def default_table_sizes(own: int) -> tuple[int, ...]:
+    """The sizes measured beside a model's own batch when none are asked for: batch 1 (a part of one sample is
+    the smallest a batch plan cuts), for a model whose own batch is larger."""
+    return (1,) if own > 1 else ()
 
 
 def profile_zoo(name: str, *, batches: Sequence[int] = (1,), device: str | None = "cpu", repeats: int = 5,
