@@ -101,8 +101,10 @@ def read_sizes_locally(gm) -> int:
                 done += 1
     done = _tidied(gm, done)
     for size in gm.graph.nodes:
-        user = next(iter(size.users), None)
-        if is_size_read(size) and len(size.users) == 1 and user.op != "output" and size.args[0] in user.all_input_nodes:
+        if not (is_size_read(size) and len(size.users) == 1):
+            continue
+        user = next(iter(size.users))
+        if user.op != "output" and size.args[0] in user.all_input_nodes:  # the output node is no task
             size.meta.setdefault(PART_OF, user.name)
     return done
 
