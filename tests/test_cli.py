@@ -43,6 +43,20 @@ def test_batch_objective_reports_throughput():
     assert out["throughput"] == pytest.approx(16 / out["objective"])
 
 
+def test_a_batch_plan_says_where_parts_are_priced_in_proportion_to_a_larger_batchs_times(tmp_path):
+    note = "parts of fewer than 4 samples are priced in proportion"
+    graph = json.loads((REPO / "examples" / "layered40.json").read_text())
+    r = run("schedule", EXAMPLE, "--objective", "batch", "--batch", "8", "--solver", "heft", "--json")
+    assert r.returncode == 0 and not any(note in n for n in json.loads(r.stdout)["notes"])  # times at batch 1
+    graph["batch_size"] = 4  # times measured at 4 samples and nowhere below
+    for task in graph["tasks"]:
+        task.pop("time_by_batch", None)
+    (tmp_path / "at4.json").write_text(json.dumps(graph))
+    r = run("schedule", tmp_path / "at4.json", "--objective", "batch", "--batch", "8", "--solver", "heft", "--json")
+    assert r.returncode == 0, r.stderr
+    assert any(note in n and "--batch 4,1" in n for n in json.loads(r.stdout)["notes"])
+
+
 def test_evaluate_reproduces_the_expert_split(data_dir):
     r = run("evaluate", data_dir / "throughput-inputs/LayerGraphs/bert24_inference.json",
             "--split", data_dir / "human-experts/bert24_inference_expert.json", "--json")

@@ -51,6 +51,8 @@ def _problem(args, objective_kind: str | None = None) -> Problem:
     else:
         inp = load_input(args.input, accelerators=args.accelerators, cpus=args.cpus, memory=args.memory)
     problem = problem_of(inp, platform=args.platform, objective=objective, say=args.derived.append)
+    if kind == "batch":
+        args.derived.extend(_priced_in_proportion(problem.graph))
     if not getattr(args, "quiet", True):
         for line in args.derived:
             _progress(line)
@@ -64,6 +66,19 @@ def _problem(args, objective_kind: str | None = None) -> Problem:
                              "--allow-idle to leave those devices idle")
         _progress(f"warning: {missing}, so nothing runs there (--allow-idle)")
     return problem
+
+
+def _priced_in_proportion(graph) -> list[str]:
+    """A note where no task has times at fewer samples than some size above 1: a batch plan's parts smaller
+    than that are priced in proportion to it (graph.batch_table), which a task of small operators, whose time
+    is mostly its cost per call, does not follow."""
+    least = min((min([graph.batch_size, *t.time_by_batch.get(dt, {})]) for t in graph.tasks for dt in t.time),
+                default=1)
+    if least <= 1:
+        return []
+    return [f"parts of fewer than {least} samples are priced in proportion to the times at {least} (the graph "
+            f"has none measured at fewer): profile at fewer samples too (diviml profile --batch "
+            f"{graph.batch_size},1) for measured ones"]
 
 
 def _check_folders(paths) -> None:
