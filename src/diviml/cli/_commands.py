@@ -219,12 +219,7 @@ def cmd_profile(args) -> dict:
     from ..runtime import model_source
     if (args.model is None) == (args.model_option is None):
         raise InputError("give the model once: a zoo name or path/to/file.py:factory (or --model)")
-    try:
-        batches = [int(b) for b in (args.batch or "1").split(",")]
-    except ValueError:
-        raise InputError(f"--batch {args.batch!r}: give batch sizes like 1,8,32") from None
-    if any(b < 1 for b in batches):
-        raise InputError("batch sizes must be >= 1")
+    batches = _batch_sizes(args.batch or "1")
     phased = args.phase or args.dtype or args.seq is not None or args.context is not None
     source = _phase_source(args, batches) if phased else model_source(args.model or args.model_option)
     also_at: tuple[int, ...] = ()
@@ -306,6 +301,17 @@ def _measured_devices(text: str) -> list:
         raise InputError(f"--device {text!r}: give none alone, or devices to measure on like cpu or cpu,cuda, "
                          "each once")
     return names
+
+
+def _batch_sizes(text: str) -> list[int]:
+    """``--batch 1,8,32`` as sizes (InputError for anything else)."""
+    try:
+        batches = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise InputError(f"--batch {text!r}: give batch sizes like 1,8,32") from None
+    if any(b < 1 for b in batches):
+        raise InputError("batch sizes must be >= 1")
+    return batches
 
 
 def _phase_source(args, batches: list[int]):

@@ -65,7 +65,7 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
             fold_constants: bool = True, also_on: Sequence[str] = (), also_at: Sequence[int] = ()) -> TaskGraph:
     """Capture and cost a model at each batch size; the first is the graph's own, the others fill the tables.
     ``also_at`` adds sizes to the tables only where the program holds a dynamic batch (one program at every
-    size): a table a user did not ask for is never a reason to refuse a model.
+    size): a size not asked for never makes a model fail.
 
     ``fold_constants=False`` keeps what depends on no input as per-request work (the cost model before
     constant folding, for comparison).
@@ -96,14 +96,9 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
     for i, b in enumerate(sizes):
         if progress:
             progress(f"profiling {name} at batch {b} ({i + 1}/{len(sizes)})")
-        if base is None:
-            captured = capture_at(model, inputs_fn, b, fold_constants=fold_constants)
-            if captured.dynamic_batch:
-                sizes += [a for a in also_at if a not in sizes]
-        elif base[0].dynamic_batch:
-            captured = with_inputs(base[0], inputs_fn(b))
-        else:
-            captured = capture(model, inputs_fn(b), fold_constants=fold_constants)
+        captured = _program_at(model, inputs_fn, None if base is None else base[0], b, fold_constants)
+        if base is None and captured.dynamic_batch:
+            sizes += [a for a in also_at if a not in sizes]
         records = measure(captured, repeats=repeats if measured_type else 0, warmup=warmup if measured_type else 0,
                           threads=threads, min_time_s=min_time_s, progress=progress)
         per_batch[b] = {r.name: r for r in records}
@@ -122,6 +117,17 @@ def profile(model_fn: Callable[[], object], inputs_fn: Callable[[int], tuple], *
     return to_task_graph(captured, records, name=name, measured_type=measured_type, analytic_types=analytic_types,
                          batch_size=batches[0], extra_times=extra, host=host,
                          measured_elsewhere=other_times.get(batches[0], {}), whole_batch=whole)
+
+
+def _program_at(model, inputs_fn: Callable[[int], tuple], base: Captured | None, batch: int,
+                fold_constants: bool) -> Captured:
+    """The program at ``batch``: captured at the first size (with a dynamic batch where the model exports so),
+    then that program fed other inputs where it holds a dynamic batch, else captured again at each size."""
+    if base is None:
+        return capture_at(model, inputs_fn, batch, fold_constants=fold_constants)
+    if base.dynamic_batch:
+        return with_inputs(base, inputs_fn(batch))
+    return capture(model, inputs_fn(batch), fold_constants=fold_constants)
 
 
 def _measured_elsewhere(captured: Captured, devices: Sequence[tuple[str, str | None]], progress,
