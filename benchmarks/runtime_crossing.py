@@ -67,7 +67,7 @@ def measure_chain(spec: str, repeats: int) -> list[tuple[int, int, float, float]
     """(k, crossings, one worker's median s, dealt out's median s) for each run length k."""
     from diviml.runtime import model_source
     source = model_source(spec)
-    graph = diviml.profile(source.build(), source.inputs(source.batch_fixed), batches=(source.batch_fixed,),
+    graph = diviml.profile(source.build(), source.inputs(source.example_batch), batches=(source.example_batch,),
                            name="chain", repeats=2, min_time_s=0.3)
     problem = Problem(graph, preset("cpu-workers-2"), Objective("latency"))
     order = list(graph.topological_order)

@@ -223,9 +223,9 @@ def cmd_profile(args) -> dict:
     phased = args.phase or args.dtype or args.seq is not None or args.context is not None
     source = _phase_source(args, batches) if phased else model_source(args.model or args.model_option)
     also_at: tuple[int, ...] = ()
-    if source.batch_fixed is not None:  # a factory: its own batch, and 1 for the tables, unless sizes are given
+    if source.example_batch is not None:  # a factory: its own batch, and 1 for the tables, unless sizes are given
         if args.batch is None:
-            batches, also_at = [source.batch_fixed], default_table_sizes(source.batch_fixed)
+            batches, also_at = [source.example_batch], default_table_sizes(source.example_batch)
         for b in batches:
             source.inputs(b)  # inputs that hold no batch to resize: refused before any work
     if args.repeats < 1 or not args.min_time >= 0:

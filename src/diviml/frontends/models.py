@@ -47,7 +47,7 @@ def model_graph(spec: str, *, refresh: bool = False, progress=None) -> TaskGraph
     from ..runtime import model_source
     from .pytorch import profile_module
     source = model_source(spec)
-    return profile_module(source.build(), source.inputs(source.batch_fixed), name=source.name, repeats=3,
+    return profile_module(source.build(), source.inputs(source.example_batch), name=source.name, repeats=3,
                           progress=progress)
 
 

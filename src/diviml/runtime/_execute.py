@@ -87,8 +87,9 @@ class Executor:
         self._copies = {v: [(v, str(torch_device[d])) for d in self.local] + [(v, "remote")] for v in self._reads}
         self.bases = self._placed(state, inputs)  # request r starts from bases[r % len(inputs)]
         # the program's results held here, each under its device's key: what a request keeps once it is done
+        # (a weight the model returns as it is has no producer: it is the model's own, nothing to check)
         self._held = [(v, str(torch_device[program.producer[v]])) for v in program.results
-                      if program.producer[v] in self.local]
+                      if program.producer.get(v) in self.local]
         # a piece's own weights (a torch.fx capture keeps them in its modules) on the piece's device: a copy of
         # the piece there, so the captured module and the pieces of other devices keep theirs
         self.calls = {}

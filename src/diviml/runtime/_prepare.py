@@ -227,9 +227,6 @@ def _check_request(source: ModelSource, plan: Plan, platform, batch: int | None,
     if any(len(p) > 1 for p in plan.parts.values()) and batch != plan.batch_size:
         raise InputError(f"the plan splits tasks into sub-batches of a batch of {plan.batch_size}: run it at that "
                          f"batch, not {batch}")
-    if source.batch_fixed is not None and batch != source.batch_fixed:
-        raise InputError(f"the model's factory gives inputs of batch {source.batch_fixed} but the plan is for "
-                         f"batch {batch}: profile and schedule at the factory's batch")
     return batch
 
 

@@ -212,8 +212,10 @@ class _RowSplitter:
 
     def result(self, a):
         """The model's output ``a``, its parts joined where its task is split."""
+        if a.name not in self.task_of:  # a weight or buffer of the model's, returned as it is
+            return self.whole[a.name]
         task = self.task_of[a.name]
-        if len(self.parts[task]) == 1:
+        if len(self.parts[task]) == 1 or a.name in self.user:  # a user input is whole on its device, however cut
             return self.copy[a.name, 0]
         where = self.layout.batch_dim(a)
         if not isinstance(where, tuple):

@@ -150,7 +150,7 @@ def _report(prepared: _Prepared, timed: "_Timed", repeats: int, warmup: int) -> 
         handoffs = tuple(h for h in handoffs if p.rank_of.get(h.src) == p.rank_of.get(h.dst))
     pieces = _piece_reports(p.program, runs, spans, lead)
     notes.extend(gpu_type_notes(p.platform, {d: p.executor.torch_device[d] for d in p.executor.local}))
-    if p.source.batch_fixed is None and p.batch != p.plan.batch_size:
+    if p.batch != p.plan.batch_size:
         notes.append(f"ran at batch {p.batch}, the plan was made for batch {p.plan.batch_size}")
     return RunReport(p.source.name, p.batch, p.plan.objective_kind, p.world, _placed(p.platform, p.used, p.rank_of),
                      sum(len(x) for x in p.program.pieces.values()), predicted, measured, min(samples), max(samples),

@@ -13,12 +13,12 @@ from ..frontends.pytorch import inputs_at_batch
 
 @dataclass(frozen=True)
 class ModelSource:
-    """A model to run: its name, a builder, and its inputs at a batch size; a factory's own batch, which a run
-    uses (None for a zoo model, whose inputs are made at any batch)."""
+    """A model to run: its name, a builder, and its inputs at a batch size; for a factory, the batch of its
+    example inputs, which the profile measures at (None for a zoo model)."""
     name: str
     build: Callable[[], object]
     inputs: Callable[[int], tuple]
-    batch_fixed: int | None = None
+    example_batch: int | None = None
 
 
 def model_source(spec: str) -> ModelSource:
@@ -46,7 +46,7 @@ def model_source(spec: str) -> ModelSource:
         raise InputError(f"{path} has no function {attr!r}: give path/to/file.py:factory")
     module_obj, example = _call_factory(factory, spec)
     batch = next((x.shape[0] for x in example if hasattr(x, "shape") and len(x.shape)), 1)
-    return ModelSource(Path(path).stem, lambda: module_obj, inputs_at_batch(example), batch_fixed=int(batch))
+    return ModelSource(Path(path).stem, lambda: module_obj, inputs_at_batch(example), example_batch=int(batch))
 
 
 def _call_factory(factory, spec: str):

@@ -13,8 +13,8 @@ from ._rewrite import PART_OF, read_sizes_locally, read_weights_once
 # (2: a weight broadcast over the sequence read once; 3: the batch size read off an operator's own input; 4:
 # sizes computed from the batch, such as sequence x batch rows, too; frontends/pytorch/_rewrite.py; 5: tasks that
 # mix samples marked whole_batch, frontends/pytorch/_samples.py; 6: a size of the batch the model returns is a
-# task of its own, kept whole)
-CAPTURE_REVISION = 6
+# task of its own, kept whole; 7: the new values of buffers a model updates as it runs left out of its outputs)
+CAPTURE_REVISION = 7
 
 
 @dataclass
@@ -191,9 +191,10 @@ def _capture(model, example_inputs: Sequence, dynamic_batch: bool = False) -> Ca
     else:
         model = candidate
     if program is not None:
+        sig = program.graph_signature
+        _drop_state_updates(program.graph_module, {**sig.buffers_to_mutate, **sig.user_inputs_to_mutate})
         read_weights_once(program.graph_module)
         read_sizes_locally(program.graph_module)
-        sig = program.graph_signature
         state = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
         values = {**dict(model.named_parameters(remove_duplicate=False)),  # tied weights under each name
                   **dict(model.named_buffers(remove_duplicate=False))}
@@ -222,6 +223,18 @@ def _capture(model, example_inputs: Sequence, dynamic_batch: bool = False) -> Ca
     except Exception as exc:  # noqa: BLE001
         raise InputError(f"cannot capture the model: torch.export failed ({export_error}) and torch.fx failed "
                          f"({_first_line(exc)})") from None
+
+
+def _drop_state_updates(gm, updates: dict) -> None:
+    """Take out of the program's outputs the new values of buffers and inputs that the model updates in place
+    (a running count, a cache): export returns them beside the model's outputs, but they are not what it
+    returns, and the program never writes them back; what only they read goes too."""
+    if not updates:
+        return
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    output.args = (tuple(a for a in output.args[0] if getattr(a, "name", None) not in updates),)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
 
 
 def traced(model, example_inputs: Sequence) -> Captured:
