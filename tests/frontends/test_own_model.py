@@ -35,6 +35,14 @@ def test_a_users_module_is_also_measured_at_one_sample_so_sub_batches_are_not_pr
     assert all(not t.time_by_batch for t in alone.tasks)  # only the sizes asked for
 
 
+def test_a_module_whose_inputs_hold_the_batch_in_another_dimension_says_which():
+    lstm = torch.nn.LSTM(8, 8)  # (sequence, batch, features), as PyTorch defaults it
+    graph = diviml.profile(lstm, (torch.randn(5, 3, 8),), name="lstm", batch_dims=1, repeats=1, min_time_s=0.01)
+    assert graph.batch_size == 3 and not any(t.whole_batch for t in graph.tasks)
+    unsaid = diviml.profile(lstm, (torch.randn(5, 3, 8),), name="lstm", repeats=1, min_time_s=0.01)
+    assert unsaid.batch_size == 5  # unsaid, its 5 steps are taken for samples
+
+
 def test_a_factory_is_profiled_at_the_batch_sizes_asked_for_its_inputs_cut_or_repeated(tmp_path):
     (tmp_path / "net.py").write_text("import torch\n"
                                      "def make():\n"

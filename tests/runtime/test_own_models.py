@@ -1,7 +1,9 @@
 """Your own models of less usual shape on the user's path, profile -> schedule -> run through the CLI: a model
-that updates a buffer as it runs, one that returns a weight of its own and its input beside its result, and a
-factory whose plan is for another batch than its example's."""
+that updates a buffer as it runs, one that returns a weight of its own and its input beside its result, a
+factory whose plan is for another batch than its example's, and a sequence-first model that says where its
+batch is."""
 
+import json
 import subprocess
 import sys
 
@@ -33,8 +35,30 @@ class GivesWeight(torch.nn.Module):
         return self.b(self.a(x)) + self.a(x), self.a.weight, x
 
 
+class SequenceFirst(torch.nn.Module):
+    """nn.LSTM and self-attention as PyTorch defaults them: (sequence, batch, features)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(16, 16)
+        self.attention = torch.nn.MultiheadAttention(16, 2)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h, _ = self.lstm(x)
+        return self.head(h + self.attention(h, h, h, need_weights=False)[0])
+
+
 def counter():
     return Counter(), (torch.randn(4, 16),)
+
+
+def sequence_first():
+    return SequenceFirst(), (torch.randn(6, 8, 16),), 1  # the batch (8) in dimension 1
+
+
+def nowhere():
+    return SequenceFirst(), (torch.randn(6, 8, 16),), 3
 
 
 def gives_weight():
@@ -64,3 +88,24 @@ def test_the_plan_runs_with_the_models_outputs(tmp_path, factory, objective):
     assert "outputs match the unsplit module" in r.stdout
     if objective == "batch":
         assert "batch 8 on 2 device(s)" in r.stdout
+
+
+def test_a_sequence_first_model_that_says_where_its_batch_is_gets_batch_plans_over_its_samples(tmp_path):
+    (tmp_path / "models.py").write_text(MODELS)
+    model = f"{tmp_path / 'models.py'}:sequence_first"
+    r = cli("profile", model, "--platform", "cpu-workers-2", "--min-time", 0.1, "--out", tmp_path / "g.json")
+    assert r.returncode == 0, r.stderr
+    graph = json.loads((tmp_path / "g.json").read_text())
+    # its batch is its 8 samples, not its 6 steps, and no task mixes samples (along the sequence, attention does)
+    assert graph["batch_size"] == 8 and not any(t.get("whole_batch") for t in graph["tasks"])
+    assert not any((t.get("module") or "").startswith("inner") for t in graph["tasks"])  # the user's paths
+    r = cli("schedule", tmp_path / "g.json", "--platform", "cpu-workers-2", "--objective", "batch", "--batch", 8,
+            "--solver", "data-parallel", "--out", tmp_path / "p.json")
+    assert r.returncode == 0, r.stderr
+    assert any(a["batch"] < 8 for a in json.loads((tmp_path / "p.json").read_text())["assignments"])  # cut
+    r = cli("run", model, tmp_path / "p.json", "--graph", tmp_path / "g.json", "--platform", "cpu-workers-2",
+            "--repeats", 1, "--warmup", 0, "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "outputs match the unsplit module" in r.stdout
+    r = cli("profile", f"{tmp_path / 'models.py'}:nowhere", "--quiet")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "batch_dims 3" in r.stderr

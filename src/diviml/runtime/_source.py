@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import InputError
-from ..frontends.pytorch import inputs_at_batch
+from ..frontends.pytorch import batch_first, inputs_at_batch
 
 
 @dataclass(frozen=True)
@@ -51,14 +51,16 @@ def model_source(spec: str) -> ModelSource:
 
 def _call_factory(factory, spec: str):
     """The factory's (module, inputs), called with torch's generator seeded: every rank of a run (and every
-    process: profile, run) builds the same random weights and inputs."""
+    process: profile, run) builds the same random weights and inputs. A third item, the inputs' batch
+    dimension (one for all, or one per tensor input), moves the batch to the front (:func:`batch_first`)."""
     import torch
     torch.manual_seed(0)
     try:
-        out = factory()
-        module, example = out
+        module, example, *dims = factory()
         example = tuple(example)
+        if len(dims) > 1:
+            raise ValueError(f"{3 + len(dims) - 1} items")
     except Exception as exc:  # noqa: BLE001
-        raise InputError(f"{spec}: the factory must return (module, example_inputs); it gave "
-                         f"{type(exc).__name__}: {exc}") from None
-    return module, example
+        raise InputError(f"{spec}: the factory must return (module, example_inputs) or (module, example_inputs, "
+                         f"batch_dims); it gave {type(exc).__name__}: {exc}") from None
+    return batch_first(module, example, dims[0]) if dims else (module, example)

@@ -149,11 +149,47 @@ def _export(torch, model, example_inputs: tuple, shapes):
             return program
 
 
+def batch_first(module, example_inputs: Sequence, batch_dims: int | Sequence[int]) -> tuple:
+    """(module, inputs) with the batch in the first dimension of every tensor input, as diviml's capture takes
+    it, for a model that holds it elsewhere (``nn.LSTM`` and ``nn.Transformer`` without ``batch_first``: the
+    batch in dimension 1): each input moved so, and moved back by the module returned before ``module`` reads
+    it (a view: no work). ``batch_dims`` gives each tensor input's batch dimension, or one for all.
+
+    >>> import torch
+    >>> m, (x,) = batch_first(torch.nn.Identity(), (torch.zeros(7, 3, 5),), 1)
+    >>> tuple(x.shape), tuple(m(x).shape)
+    ((3, 7, 5), (7, 3, 5))
+    """
+    torch = import_torch()
+    tensors = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and x.dim()]
+    dims = [batch_dims] * len(tensors) if isinstance(batch_dims, int) else list(batch_dims)
+    if len(dims) != len(tensors) or any(not 0 <= d < example_inputs[i].dim() for i, d in zip(tensors, dims)):
+        raise InputError(f"batch_dims {batch_dims!r}: give one dimension for all tensor inputs, or one per tensor "
+                         f"input ({len(tensors)}), each within its shape")
+    at = dict(zip(tensors, dims))
+
+    class BatchFirst(torch.nn.Module):
+        diviml_wrapper = True  # its module path is left out of the tasks'
+
+        def __init__(self):
+            super().__init__()
+            self.inner = module
+
+        def forward(self, *args):
+            return self.inner(*(x.movedim(0, at[i]) if at.get(i) else x for i, x in enumerate(args)))
+
+    # contiguous, so that the inputs at every batch (cut or repeated along the front) have the example's layout
+    moved = tuple(x.movedim(at[i], 0).contiguous() if at.get(i) else x for i, x in enumerate(example_inputs))
+    return BatchFirst(), moved
+
+
 def _tensor_outputs(model):
     """``model`` returning only the tensors among its outputs (in pytree order), as a module named ``inner``."""
     torch = import_torch()
 
     class TensorOutputs(torch.nn.Module):
+        diviml_wrapper = True
+
         def __init__(self):
             super().__init__()
             self.inner = model
@@ -211,13 +247,8 @@ def _capture(model, example_inputs: Sequence, dynamic_batch: bool = False) -> Ca
             else:
                 args.append(next(user_iter))
                 users.append(node.name)
-        paths = {}
-        prefix = "inner." if type(model).__name__ == "TensorOutputs" else ""
-        for node in program.graph_module.graph.nodes:
-            stack = node.meta.get("nn_module_stack")
-            if stack:
-                paths[node.name] = list(stack.values())[-1][0].removeprefix(prefix)
-        return Captured(program.graph_module, args, state, users, "export", paths, dynamic_batch)
+        return Captured(program.graph_module, args, state, users, "export",
+                        _module_paths(program.graph_module, model), dynamic_batch)
     try:
         return traced(model, example_inputs)
     except Exception as exc:  # noqa: BLE001
@@ -235,6 +266,23 @@ def _drop_state_updates(gm, updates: dict) -> None:
     output.args = (tuple(a for a in output.args[0] if getattr(a, "name", None) not in updates),)
     gm.graph.eliminate_dead_code()
     gm.recompile()
+
+
+def _module_paths(gm, model) -> dict[str, str]:
+    """Node name -> the path of the user's module it comes from, diviml's own wrappers (``inner``) left out:
+    "inner.lstm" -> "lstm", "inner" (a step of the user's own forward) -> ""."""
+    levels, wrapped = 0, model
+    while getattr(wrapped, "diviml_wrapper", False):
+        levels, wrapped = levels + 1, wrapped.inner
+    paths = {}
+    for node in gm.graph.nodes:
+        stack = node.meta.get("nn_module_stack")
+        if stack:
+            path = list(stack.values())[-1][0]
+            for _ in range(levels):
+                path = path[len("inner."):] if path.startswith("inner.") else "" if path == "inner" else path
+            paths[node.name] = path
+    return paths
 
 
 def traced(model, example_inputs: Sequence) -> Captured:

@@ -13,7 +13,7 @@ from ...graph import Task, TaskGraph
 from .. import zoo
 from .._torch import import_torch
 from ..host import HOST_TYPE, HostSpec, measure_host
-from ._capture import Captured, capture, capture_at, inputs_at_batch, with_inputs
+from ._capture import Captured, batch_first, capture, capture_at, inputs_at_batch, with_inputs
 from ._costs import NodeRecord, nbytes, stored_bytes, task_times
 from ._measure import MIN_TIMING_S, measure
 from ._samples import whole_batch_tasks
@@ -228,9 +228,9 @@ def measured_device_type(device: str | None) -> str | None:
 
 
 def profile_module(module, example_inputs, *, name: str = "model", batches: Sequence[int] | None = None,
-                   device: str | None = "cpu", repeats: int = 5, threads: int | None = 1,
-                   min_time_s: float = MIN_TIMING_S, progress: Callable[[str], None] | None = None,
-                   fold_constants: bool = True) -> TaskGraph:
+                   batch_dims: int | Sequence[int] | None = None, device: str | None = "cpu", repeats: int = 5,
+                   threads: int | None = 1, min_time_s: float = MIN_TIMING_S,
+                   progress: Callable[[str], None] | None = None, fold_constants: bool = True) -> TaskGraph:
     """Profile your own ``torch.nn.Module`` on ``example_inputs`` (a tuple): measured on ``device`` ("cpu": this
     machine's CPU, type 'host', with the catalogue CPU derived from it; "cuda"; None for analytic costs only),
     roofline times for every other device type of the catalogue. Top level as :func:`diviml.profile`.
@@ -238,8 +238,11 @@ def profile_module(module, example_inputs, *, name: str = "model", batches: Sequ
     ``batches``: the sizes to measure, the first the graph's own; the inputs at another size are the example's
     cut or repeated along their first dimension (:func:`~._capture.inputs_at_batch`). By default the example's
     batch, and batch 1 too where that is larger and the program holds a dynamic batch, so that the sub-batches
-    of a batch plan are priced by measured times, not in proportion to the whole batch's."""
+    of a batch plan are priced by measured times, not in proportion to the whole batch's. ``batch_dims``: where
+    the inputs hold the batch, if not in their first dimension (:func:`~._capture.batch_first`)."""
     example = tuple(example_inputs)
+    if batch_dims is not None:
+        module, example = batch_first(module, example, batch_dims)
     inputs = inputs_at_batch(example)
     own = next((int(x.shape[0]) for x in example if hasattr(x, "shape") and len(x.shape)), 1)
     measured = measured_device_type(device)
