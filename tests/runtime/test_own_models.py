@@ -1,6 +1,6 @@
 """Your own models of less usual shape on the user's path, profile -> schedule -> run through the CLI: a model
-that updates a buffer as it runs, one that returns a weight of its own and its input beside its result, a
-factory whose plan is for another batch than its example's, and a sequence-first model that says where its
+that updates a buffer as it runs, one that returns a weight of its own and its input beside its result, one
+that returns its batch size in a dict beside nested tensors, a factory whose plan is for another batch than its example's, and a sequence-first model that says where its
 batch is."""
 
 import json
@@ -49,8 +49,21 @@ class SequenceFirst(torch.nn.Module):
         return self.head(h + self.attention(h, h, h, need_weights=False)[0])
 
 
+class Sized(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return {"a": self.a(x), "pair": (self.b(x), self.a(x) * 2), "n": x.shape[0]}
+
+
 def counter():
     return Counter(), (torch.randn(4, 16),)
+
+
+def sized():
+    return Sized(), (torch.randn(4, 16),)
 
 
 def sequence_first():
@@ -71,8 +84,8 @@ def cli(*args):
                           timeout=600)
 
 
-@pytest.mark.parametrize("factory, objective", [("counter", "latency"), ("gives_weight", "latency"),
-                                                ("counter", "batch"), ("gives_weight", "batch")])
+@pytest.mark.parametrize("objective", ["latency", "batch"])
+@pytest.mark.parametrize("factory", ["counter", "gives_weight", "sized"])
 def test_the_plan_runs_with_the_models_outputs(tmp_path, factory, objective):
     (tmp_path / "models.py").write_text(MODELS)
     model = f"{tmp_path / 'models.py'}:{factory}"

@@ -81,35 +81,3 @@ def test_a_plan_that_cuts_a_mixing_task_is_refused_in_one_line_naming_it(files):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "cuts 'max_1' into sub-batches" in r.stderr and "diviml profile" in r.stderr
 
-
-SIZED = """
-import torch
-
-
-class Sized(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
-
-    def forward(self, x):
-        return {"a": self.a(x), "pair": (self.b(x), self.a(x) * 2), "n": x.shape[0]}
-
-
-def make():
-    return Sized().eval(), (torch.randn(6, 32),)
-"""
-
-
-@pytest.mark.parametrize("objective", ["latency", "batch"])
-def test_a_model_returning_its_batch_size_is_profiled_scheduled_and_run_with_its_outputs(tmp_path, objective):
-    (tmp_path / "sized.py").write_text(SIZED)
-    model = f"{tmp_path / 'sized.py'}:make"
-    r = cli("profile", model, "--platform", "cpu-workers-2", "--out", tmp_path / "graph.json", "--min-time", 0.1)
-    assert r.returncode == 0, r.stderr
-    extra = ["--objective", "batch", "--batch", 6, "--solver", "data-parallel"] if objective == "batch" else []
-    r = cli("schedule", tmp_path / "graph.json", "--platform", "cpu-workers-2", *extra, "--out", tmp_path / "p.json")
-    assert r.returncode == 0, r.stderr
-    r = cli("run", model, tmp_path / "p.json", "--graph", tmp_path / "graph.json", "--platform", "cpu-workers-2",
-            "--repeats", 1, "--warmup", 0, "--quiet")
-    assert r.returncode == 0, r.stderr
-    assert "outputs match the unsplit module" in r.stdout
