@@ -106,7 +106,7 @@ def _add_run(sub) -> None:
     """diviml run: run a plan on this machine's devices, measured beside predicted."""
     r = sub.add_parser("run", help="run a plan on this machine's devices: outputs checked, time measured")
     r.add_argument("model", nargs="?", help="a zoo name (see 'diviml models') or path/to/file.py:factory, a function "
-                                 "returning (module, example_inputs)")
+                                 "returning (module, example_inputs[, batch_dims])")
     r.add_argument("plan", nargs="?", help="plan JSON written by 'diviml schedule --out' (latency, batch or pipeline)")
     r.add_argument("--model", dest="model_option", help="the model, instead of the positional MODEL")
     r.add_argument("--platform", help="the platform the plan was scheduled for (default paper-server)")
@@ -157,7 +157,8 @@ def _add_profile(sub) -> None:
     """diviml profile: capture and cost a model into a graph."""
     pr = sub.add_parser("profile", help="capture and cost a zoo model into a diviml graph")
     pr.add_argument("model", nargs="?", help="a name from 'diviml models', or path/to/file.py:factory (a function "
-                                             "returning (module, example_inputs))")
+                                             "returning (module, example_inputs[, batch_dims]): batch_dims where the "
+                                             "inputs hold the batch, if not first)")
     pr.add_argument("--model", dest="model_option", help="the same as the positional MODEL")
     pr.add_argument("--platform", help="profile CPU times with the thread count of this platform's CPU devices "
                                        "(e.g. cpu-workers-2: one thread)")
