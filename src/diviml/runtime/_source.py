@@ -59,7 +59,7 @@ def _call_factory(factory, spec: str):
         module, example, *dims = factory()
         example = tuple(example)
         if len(dims) > 1:
-            raise ValueError(f"{3 + len(dims) - 1} items")
+            raise ValueError(f"{2 + len(dims)} items")
     except Exception as exc:  # noqa: BLE001
         raise InputError(f"{spec}: the factory must return (module, example_inputs) or (module, example_inputs, "
                          f"batch_dims); it gave {type(exc).__name__}: {exc}") from None
