@@ -7,6 +7,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -245,6 +246,13 @@ def test_a_plan_for_another_graph_is_refused():
     plan = diviml.solve(problem, "heft", time_limit=10)
     with pytest.raises(InputError, match="does not belong to this model's graph"):
         run("resnet18", plan, CPU2, repeats=1, warmup=0)
+    # a batch plan that cuts tasks, from a graph one task short (profiled by another diviml): refused by name
+    batch = Problem(problem.graph, CPU2, Objective("batch", 4))
+    cut_plan = diviml.solve(batch, "data-parallel", time_limit=10)
+    first = problem.graph.topological_order[0]
+    short = replace(cut_plan, assignments=tuple(a for a in cut_plan.assignments if a.task != first))
+    with pytest.raises(InputError, match=rf"1 of the model's tasks are not in the plan \(e\.g\. \['{first}'\]\)"):
+        run("gpt-tiny", short, CPU2, repeats=1, warmup=0)
 
 
 def test_a_graph_with_the_same_task_names_but_other_edges_is_refused(tmp_path):

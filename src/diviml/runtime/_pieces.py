@@ -48,13 +48,7 @@ def cut(captured, device_order: dict[str, list[str]], task_of: dict[str, str] | 
     task_of = task_of if task_of is not None else task_of_nodes(captured)
     user = list(captured.user_inputs)
     device_of = {t: d for d, ts in device_order.items() for t in ts}
-    tasks = set(task_of.values())
-    missing, extra = sorted(tasks - set(device_of)), sorted(set(device_of) - tasks)
-    if missing or extra:
-        raise InputError(f"the plan does not belong to this model's graph: {len(missing)} of its tasks are not "
-                         f"in the plan (e.g. {missing[:3]}), {len(extra)} plan tasks are not in the graph "
-                         f"(e.g. {extra[:3]}); schedule the graph that 'diviml profile' wrote for this model "
-                         "at this batch size")
+    check_plan_tasks(set(task_of.values()), set(device_of))
     state = tuple(n.name for n in gm.graph.nodes if n.op == "placeholder" and n.name not in user)
     members: dict[str, list[str]] = {}  # task -> its fx nodes in program order
     for node in gm.graph.nodes:
@@ -77,6 +71,17 @@ def cut(captured, device_order: dict[str, list[str]], task_of: dict[str, str] | 
         pieces[device] = tuple(built)
     producer = {v: device_of[t] for v, t in task_of.items()}
     return Program(pieces, producer, tuple(user), state, results)
+
+
+def check_plan_tasks(tasks: set[str], planned: set[str]) -> None:
+    """InputError unless the plan places exactly the model's tasks (a plan of another model, or of a graph
+    profiled by another diviml)."""
+    missing, extra = sorted(tasks - planned), sorted(planned - tasks)
+    if missing or extra:
+        what = ([f"{len(missing)} of the model's tasks are not in the plan (e.g. {missing[:3]})"] if missing else []) \
+            + ([f"{len(extra)} plan tasks are not in the model (e.g. {extra[:3]})"] if extra else [])
+        raise InputError(f"the plan does not belong to this model's graph: {', '.join(what)}; schedule the graph "
+                         "that 'diviml profile' wrote for this model")
 
 
 def _readers(gm, task_of: dict, device_of: dict, results: tuple) -> tuple[dict, dict]:

@@ -11,7 +11,7 @@ from ..frontends._torch import float32_in_full
 from ..plan import Plan
 from ._dist import Comm, ValueMeta, init, memory_order, rank_of_devices
 from ._execute import Executor
-from ._pieces import cut, piece_stages
+from ._pieces import check_plan_tasks, cut, piece_stages
 from ._rows import split_rows
 from ._source import ModelSource, model_source
 
@@ -165,11 +165,12 @@ def _program(source: ModelSource, plan: Plan, problem, batch: int, split: bool):
     each split task per sub-batch: runtime._rows), its cut into per-device pieces and each device's order."""
     import torch
 
-    from ..frontends.pytorch import capture_at
+    from ..frontends.pytorch import capture_at, task_of_nodes
     torch.manual_seed(0)  # every rank builds the same weights
     captured = capture_at(source.build(), source.inputs, batch)
     if problem is not None:
         _check_edges(captured, problem.graph)
+    check_plan_tasks(set(task_of_nodes(captured).values()), set(plan.placement))  # before cutting rows by it
     order = plan.device_order or stream_order(captured, plan.placement)
     if split:
         _check_cut_tasks(captured, plan, source)
