@@ -259,6 +259,7 @@ def cmd_profile(args) -> dict:
     if args.out:
         graph.save(args.out)
     times = {dt: sum(t.time.get(dt, 0.0) for t in graph.tasks) for dt in sorted(graph.device_types)}
+    whole = [t.id for t in graph.tasks if t.whole_batch]
     calibration = None
     if measured in CATALOGUE:
         c = calibrate(graph, measured)
@@ -267,13 +268,12 @@ def cmd_profile(args) -> dict:
     return {"calibration": calibration, "model": source.name, "threads": threads, "tasks": len(graph), "edges": len(graph.edges), "batch_size": graph.batch_size,
             "flops": sum(t.flops or 0.0 for t in graph.tasks), "memory_bytes": sum(t.memory_bytes for t in graph.tasks),
             "total_time_s": times, "measured": measured, "measured_types": [t for t in types if t],
-            "notes": _unmeasured_gpus(platform, [t for t in types if t and t != HOST_TYPE]) + _whole_batch(graph),
-            "whole_batch": [t.id for t in graph.tasks if t.whole_batch], "written": [args.out] if args.out else []}
+            "notes": _unmeasured_gpus(platform, [t for t in types if t and t != HOST_TYPE]) + _whole_batch(whole),
+            "whole_batch": whole, "written": [args.out] if args.out else []}
 
 
-def _whole_batch(graph) -> list[str]:
+def _whole_batch(names: list[str]) -> list[str]:
     """A note naming the tasks a batch plan must run whole (their result for a sample depends on others)."""
-    names = [t.id for t in graph.tasks if t.whole_batch]
     if not names:
         return []
     return [f"{len(names)} task(s) mix the samples of a batch, so batch plans run them on the whole batch at once "

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import InputError
-from ..frontends.pytorch import batch_first, inputs_at_batch
+from ..frontends.pytorch import batch_first, example_batch, inputs_at_batch
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,7 @@ def model_source(spec: str) -> ModelSource:
     if not callable(factory):
         raise InputError(f"{path} has no function {attr!r}: give path/to/file.py:factory")
     module_obj, example = _call_factory(factory, spec)
-    batch = next((x.shape[0] for x in example if hasattr(x, "shape") and len(x.shape)), 1)
-    return ModelSource(Path(path).stem, lambda: module_obj, inputs_at_batch(example), example_batch=int(batch))
+    return ModelSource(Path(path).stem, lambda: module_obj, inputs_at_batch(example), example_batch(example))
 
 
 def _call_factory(factory, spec: str):

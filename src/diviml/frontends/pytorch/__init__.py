@@ -15,7 +15,17 @@ device (an H100 SXM's as 'h100-sxm'), beside the roofline of every other type.
 
 from __future__ import annotations
 
-from ._capture import Captured, batch_first, capture, capture_at, fold, inputs_at_batch, task_of_nodes, with_inputs
+from ._capture import (
+    Captured,
+    batch_first,
+    capture,
+    capture_at,
+    example_batch,
+    fold,
+    inputs_at_batch,
+    task_of_nodes,
+    with_inputs,
+)
 from ._costs import VIEWS, NodeRecord, count_flops
 from ._measure import MIN_TIMING_S, WARMUP_S_CUDA, measure
 from ._profile import (
@@ -32,6 +42,6 @@ from ._profile import (
 __all__ = [
     "Calibration", "Captured", "MIN_TIMING_S", "NodeRecord", "VIEWS", "WARMUP_S_CUDA", "batch_first", "calibrate",
     "capture",
-    "capture_at", "count_flops", "default_table_sizes", "fold", "inputs_at_batch", "measure",
+    "capture_at", "count_flops", "default_table_sizes", "example_batch", "fold", "inputs_at_batch", "measure",
     "measured_device_type", "profile", "profile_module", "profile_zoo", "task_of_nodes", "to_task_graph", "with_inputs",
 ]

@@ -317,6 +317,16 @@ def task_of_nodes(captured: Captured) -> dict[str, str]:
     return out
 
 
+def example_batch(example: Sequence) -> int:
+    """The batch of a model's example inputs: its first tensor's first dimension (1 where no input has one).
+
+    >>> import torch
+    >>> example_batch((3.0, torch.zeros(8, 2), torch.zeros(5)))
+    8
+    """
+    return next((int(x.shape[0]) for x in example if hasattr(x, "shape") and len(x.shape)), 1)
+
+
 def inputs_at_batch(example: tuple) -> Callable[[int], tuple]:
     """The example inputs at any batch size: every tensor input holds the batch in its first dimension (as the
     dynamic export takes it), so each is cut to its first ``b`` samples, or its samples repeated in turn up to
@@ -331,7 +341,7 @@ def inputs_at_batch(example: tuple) -> Callable[[int], tuple]:
     """
     torch = import_torch()
     firsts = [x.shape[0] for x in example if isinstance(x, torch.Tensor) and x.dim()]
-    own = firsts[0] if firsts else 1
+    own = example_batch(example)
 
     def resized(x, b: int):
         if not (isinstance(x, torch.Tensor) and x.dim()):

@@ -13,7 +13,7 @@ from ...graph import Task, TaskGraph
 from .. import zoo
 from .._torch import import_torch
 from ..host import HOST_TYPE, HostSpec, measure_host
-from ._capture import Captured, batch_first, capture, capture_at, inputs_at_batch, with_inputs
+from ._capture import Captured, batch_first, capture, capture_at, example_batch, inputs_at_batch, with_inputs
 from ._costs import NodeRecord, nbytes, stored_bytes, task_times
 from ._measure import MIN_TIMING_S, measure
 from ._samples import whole_batch_tasks
@@ -244,7 +244,7 @@ def profile_module(module, example_inputs, *, name: str = "model", batches: Sequ
     if batch_dims is not None:
         module, example = batch_first(module, example, batch_dims)
     inputs = inputs_at_batch(example)
-    own = next((int(x.shape[0]) for x in example if hasattr(x, "shape") and len(x.shape)), 1)
+    own = example_batch(example)
     measured = measured_device_type(device)
     return profile(lambda: module, inputs, name=name, batches=tuple(batches or (own,)), measured_type=measured,
                    analytic_types=[t for t in CATALOGUE if t != measured], repeats=repeats, threads=threads,
