@@ -41,6 +41,22 @@ def two_servers() -> Platform:
     return Platform.from_dict({"devices": devices, "network": {"bandwidth": 12.5e9, "latency": 1e-5}})
 
 
+def workers_without_handoffs(where: Path) -> Path:
+    """``cpu-workers-2`` with crossings free, as a platform file in ``where``: the plans of a tiny model then
+    use both workers (the preset charges each crossing what it measures here, and keeps such a model on one),
+    for tests of how the runtime cuts a plan and joins its parts."""
+    from dataclasses import replace
+
+    import yaml
+
+    from diviml import preset
+    workers = preset("cpu-workers-2")
+    free = replace(workers, devices=tuple(replace(d, handoff=0.0) for d in workers.devices))
+    path = where / "workers-without-handoffs.yaml"
+    path.write_text(yaml.safe_dump(free.to_dict()))
+    return path
+
+
 def graph(spec: dict[str, tuple[dict, float]], edges: list[tuple[str, str]], **task_extra) -> TaskGraph:
     """spec: id -> (times by device type, output bytes)."""
     tasks = [Task(id=t, time=times, output_bytes=out, **task_extra.get(t, {})) for t, (times, out) in spec.items()]

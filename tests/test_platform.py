@@ -82,7 +82,44 @@ def test_a_task_transfer_time_overrides_the_link():
     assert p.transfer_time(t, "g0", "cpu") == 7.0
 
 
-@pytest.mark.parametrize("name", ["six-servers", "a100-ib-2x8", "paper-server", "localhost", "synthetic"])
+def test_a_hand_off_is_paid_at_each_end_of_a_crossing_host_or_not():
+    # two workers of one process hand a tensor over by reference, but the receiver must be woken
+    p = Platform.from_dict({"devices": [
+        {"name": "w0", "type": "host", "host": True, "handoff": 3e-5},
+        {"name": "w1", "type": "host", "host": True, "handoff": 3e-5},
+        {"name": "g", "type": "gpu", "handoff": 1e-4, "link": {"bandwidth": 10.0, "latency": 1.0}}]})
+    t = Task("a", {"host": 1}, output_bytes=20.0)
+    assert p.transfer_time(t, "w0", "w0") == 0  # a device keeps its own values
+    assert p.transfer_time(t, "w0", "w1") == pytest.approx(6e-5)
+    assert p.transfer_time(t, "w1", "g") == pytest.approx(3e-5 + 1e-4 + 1 + 2)
+    assert p.transfer_time(t, "w1", "g", scale=0.5) == pytest.approx(3e-5 + 1e-4 + 1 + 1)  # a latency, not scaled
+    assert p.hop_time(t, p.by_name["w0"]) == 3e-5
+    assert p.identical_groups == (("w0", "w1"),)
+    assert Platform.from_dict(p.to_dict()) == p  # written back with the platform
+
+
+def test_devices_of_different_hand_offs_are_not_interchangeable():
+    p = Platform.from_dict({"devices": [{"name": "w0", "type": "host", "host": True, "handoff": 3e-5},
+                                        {"name": "w1", "type": "host", "host": True}]})
+    assert p.identical_groups == ()
+    assert p.transfer_time(Task("a", {"host": 1}), "w1", "w0") == 3e-5
+
+
+@pytest.mark.parametrize("value", [-1e-6, "soon", float("inf"), float("nan")])
+def test_a_hand_off_that_is_no_number_of_seconds_is_refused_by_name(value):
+    with pytest.raises(InputError, match=r"handoff of w0 must be a number of seconds >= 0"):
+        Platform.from_dict({"devices": [{"name": "w0", "type": "host", "host": True, "handoff": value}]})
+
+
+def test_the_two_cpu_workers_pay_what_a_crossing_measured_here():
+    p = preset("cpu-workers-2")
+    crossing = p.transfer_time(Task("a", {"host": 1}, output_bytes=1e6), "worker0", "worker1")
+    assert 40e-6 <= crossing <= 150e-6  # results/runtime_crossing.md: 42-143 us on small operators
+    assert "runtime_crossing" in p.sources["handoff"]
+
+
+@pytest.mark.parametrize("name", ["six-servers", "a100-ib-2x8", "paper-server", "localhost", "cpu-workers-2",
+                                  "synthetic"])
 def test_transfers_priced_once_per_route_are_every_pairs_transfers(name):
     # HEFT's rank and list search's table price each route once, not each pair: each pair must still get its own
     from itertools import permutations

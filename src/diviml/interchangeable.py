@@ -1,6 +1,6 @@
 """Which devices, and which servers, a plan may swap without changing any time: what symmetry breaking orders.
 
-Two devices are interchangeable when they have the same type, memory, host link, threads and server, and any
+Two devices are interchangeable when they have the same type, memory, host link, threads, hand-off and server, and any
 swap of the two leaves the peer links as they were. Two servers are interchangeable when their devices match
 position by position, the peer links among them match, and none reaches another server (the one network
 joins every server alike): swapping them, devices and all, changes no transfer.
@@ -17,8 +17,8 @@ __all__ = ["device_kind", "identical_devices", "identical_servers", "server_kind
 
 
 def device_kind(d: Device) -> tuple:
-    """What two interchangeable devices share: type, memory, host flag, host link and threads."""
-    return d.type, d.memory_bytes, d.is_host, d.link, d.threads
+    """What two interchangeable devices share: type, memory, host flag, host link, threads and hand-off."""
+    return d.type, d.memory_bytes, d.is_host, d.link, d.threads, d.handoff
 
 
 def server_kind(platform: Platform, devices: list[Device] | tuple[Device, ...]) -> tuple:

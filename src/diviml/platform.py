@@ -7,7 +7,10 @@ Transfer model (one place, used by every solver through :mod:`diviml.simulate`):
 - otherwise through host memory: one hop out of the sender (free when the sender is a host CPU) and one
   hop into the receiver (free for a host CPU), plus the network between servers when they differ.
   A hop costs the task's ``transfer_time`` when the graph gives one (the NeurIPS 2020 model, where edge
-  costs are times), else ``link.latency + bytes / link.bandwidth``.
+  costs are times), else ``link.latency + bytes / link.bandwidth``;
+- a device's ``handoff`` is added to each of its hops, a host CPU's included: what a value costs to leave or
+  reach the worker that runs the device beyond any copy (two worker threads of one process hand a tensor over
+  by reference, but the receiver must be woken and take the interpreter back: ``cpu-workers-2``).
 
 A tensor sent to several consumers on one device is sent once.
 """
@@ -50,6 +53,7 @@ class Device:
     is_host: bool = False  # a CPU whose memory is the host memory: its hops cost nothing
     link: Link | None = None  # device <-> host link (None for a host CPU)
     threads: int | None = None  # a CPU device: the intra-op threads it stands for (profiled and run with them)
+    handoff: float = 0.0  # seconds added to each hop into or out of this device (a worker woken), host or not
 
 
 @dataclass(frozen=True)
@@ -91,14 +95,15 @@ class Platform:
 
     # -- transfers -------------------------------------------------------------------------------
     def hop_time(self, task: Task, device: Device, scale: float = 1.0) -> float:
-        """Time to move ``task``'s output between ``device`` and host memory (0 on a host CPU)."""
+        """Time to move ``task``'s output between ``device`` and host memory: the device's hand-off, and on a
+        device that is not a host CPU its link's time (or the task's ``transfer_time``)."""
         if device.is_host:
-            return 0.0
+            return device.handoff
         if task.transfer_time is not None:
-            return task.transfer_time * scale
+            return device.handoff + task.transfer_time * scale
         if device.link is None:
             raise InputError(f"device {device.name!r} is not a host CPU and has no link: give it a 'link'")
-        return device.link.time(task.output_bytes * scale)
+        return device.handoff + device.link.time(task.output_bytes * scale)
 
     def transfer_time(self, task: Task, src: str, dst: str, scale: float = 1.0) -> float:
         """Time for ``task``'s output (``scale`` x its size) to go from device ``src`` to ``dst``."""
@@ -135,8 +140,8 @@ class Platform:
         for a in self.devices:
             for b in (b for b in self.devices if b.name != a.name):
                 peer = self.peer_links.get(frozenset((a.name, b.name)))  # a hop: free from a host, else its link
-                key = ("peer", peer) if peer is not None else (a.is_host or a.link, b.is_host or b.link,
-                                                                 a.server != b.server)
+                key = ("peer", peer) if peer is not None else (a.is_host or a.link, a.handoff, b.is_host or b.link,
+                                                                 b.handoff, a.server != b.server)
                 by_key.setdefault(key, []).append((a.name, b.name))
         route_of = {pair: r for r, pairs in enumerate(by_key.values()) for pair in pairs}
         return list(by_key.values()), [[route_of.get((a.name, b.name), -1) for b in self.devices] for a in self.devices]
@@ -154,6 +159,8 @@ class Platform:
                 e["link"] = link(d.link)
             if d.threads:
                 e["threads"] = d.threads
+            if d.handoff:
+                e["handoff"] = d.handoff
             devs.append(e)
         out = {"name": self.name, "description": self.description, "devices": devs}
         if self.peer_links:
@@ -193,7 +200,8 @@ class Platform:
                         memory_bytes=math.inf if mem is None else _positive(_num(mem), f"memory of {name}"),
                         server=str(entry.get("server", "server0")), is_host=host,
                         link=_link(entry.get("link"), f"link of {name}"),
-                        threads=_threads(entry.get("threads"), name)))
+                        threads=_threads(entry.get("threads"), name),
+                        handoff=_handoff(entry.get("handoff", 0.0), name)))
             peer = _peer_links(data.get("peer_links", []) or [], origin)
             network = _link(data.get("network"), "network")
             groups = tuple(tuple(map(str, g)) for g in data.get("groups", []) or [])
@@ -269,7 +277,7 @@ def _num(v) -> float:
 
 
 PLATFORM_FIELDS = ("name", "description", "devices", "peer_links", "network", "groups", "sources", "device_types")
-DEVICE_FIELDS = ("name", "type", "count", "host", "memory", "server", "link", "threads")
+DEVICE_FIELDS = ("name", "type", "count", "host", "memory", "server", "link", "threads", "handoff")
 LINK_FIELDS = ("bandwidth", "latency")
 SPEC_FIELDS = ("peak_flops", "memory_bandwidth", "launch_overhead", "memory", "cores", "fp16_peak_flops",
                "bf16_peak_flops", "source")
@@ -326,6 +334,18 @@ def _threads(v, name: str) -> int | None:
     if int(v) != v or v < 1:
         raise InputError(f"threads of {name} must be a whole number >= 1, got {v!r}")
     return int(v)
+
+
+def _handoff(v, name: str) -> float:
+    """A device's hand-off: seconds, at least 0 and finite (a microsecond is 1e-6)."""
+    try:
+        seconds = _num(v)
+    except (ValueError, TypeError):
+        seconds = math.nan
+    if not (0 <= seconds < math.inf):
+        raise InputError(f"handoff of {name} must be a number of seconds >= 0 (a value's hand-off to or from its "
+                         f"worker, e.g. 3e-5), got {v!r}")
+    return seconds
 
 
 def _positive(v: float, what: str) -> float:

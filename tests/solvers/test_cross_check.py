@@ -1,5 +1,5 @@
 """Every solver against every other, on small random problems at the edges of the model (memory that binds,
-peer links, two servers, co-location groups, tasks some devices may not run, batch tables):
+peer links, two servers, hand-offs, co-location groups, tasks some devices may not run, batch tables):
 
 - a bound is a bound: no solver's bound exceeds any solver's plan that the validator accepts;
 - "optimal" means it: no solver finds a better plan than one called optimal;
@@ -74,7 +74,7 @@ def random_problem(seed: int, kind: str, tasks: tuple[int, int] = (3, 9), batche
     batch in ``batches`` (ranges, both ends included)."""
     rng = random.Random(seed)
     while True:
-        platform = random_platform(rng)
+        platform = _some_handoffs(random_platform(rng), random.Random(seed + 2_000_003))
         batch = rng.randint(*batches) if kind == "batch" else 1
         graph = random_graph(rng, rng.randint(*tasks), sorted({d.type for d in platform.devices}), batch)
         if kind == "batch":
@@ -85,6 +85,16 @@ def random_problem(seed: int, kind: str, tasks: tuple[int, int] = (3, 9), batche
             return Problem(graph, platform, objective)
         except DivimlError:
             continue
+
+
+def _some_handoffs(platform: Platform, rng: random.Random) -> Platform:
+    """In three platforms of ten, a hand-off on some devices (every host CPU, an accelerator now and then),
+    drawn apart from the problem as :func:`_some_whole_batch` is."""
+    if rng.random() >= 0.3:
+        return platform
+    devices = tuple(replace(d, handoff=rng.choice([1e-5, 1e-4, 1e-3])) if d.is_host or rng.random() < 0.3 else d
+                    for d in platform.devices)
+    return replace(platform, devices=devices)
 
 
 def _some_whole_batch(graph: TaskGraph, rng: random.Random) -> TaskGraph:

@@ -89,7 +89,7 @@ class _Chain:
         self.profile: dict[str, tuple] = {}  # devices of one profile are interchangeable here
         for d in platform.devices:
             barred = tuple(t for t in self.order if d.name not in problem.allowed_devices[t])
-            key = (d.type, d.link, d.is_host, d.memory_bytes, barred)
+            key = (d.type, d.link, d.handoff, d.is_host, d.memory_bytes, barred)
             self.profile[d.name] = key
             if key not in self.compute:
                 allowed = [d.name in problem.allowed_devices[t] for t in self.order]

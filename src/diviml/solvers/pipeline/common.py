@@ -146,7 +146,7 @@ def device_classes(problem: Problem) -> list[DeviceClass]:
                          "use --solver ip")
     buckets: dict[tuple, list[str]] = {}
     for d in platform.devices:
-        buckets.setdefault((d.type, d.memory_bytes, d.is_host, d.link), []).append(d.name)
+        buckets.setdefault((d.type, d.memory_bytes, d.is_host, d.link, d.handoff), []).append(d.name)
     return [DeviceClass(tuple(names), key[0], key[1], key[2]) for key, names in buckets.items()]
 
 

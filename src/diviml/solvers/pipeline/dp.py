@@ -142,7 +142,7 @@ def run_dp(problem: Problem, contracted: Contracted, watch: Stopwatch, max_ideal
         *csr(transitions, 3),  # pointers, positions, classes, child ideals
         np.array(times, dtype=np.float64).reshape(nd, num), np.array(sizes, dtype=np.float64),
         np.array([dc.memory for dc in dclasses], dtype=np.float64),
-        np.array([not dc.is_host for dc in dclasses]), np.array(hop, dtype=np.float64).reshape(nd, num_prod),
+        np.array([any(row) for row in hop]), np.array(hop, dtype=np.float64).reshape(nd, num_prod),
         *csr(produced_by), *csr(consumed_by),
         np.array([pc for _, pc, _ in contracted.producers], dtype=np.int64),
         np.array([len(consumers) for _, _, consumers in contracted.producers], dtype=np.int64),
@@ -181,8 +181,7 @@ def _class_data(problem: Problem, contracted: Contracted, dclasses) -> tuple[lis
     hop = []
     for dc in dclasses:
         dev = problem.platform.by_name[dc.devices[0]]
-        hop.append([0.0 if dc.is_host else problem.platform.hop_time(graph.by_id[t], dev)
-                    for t, _, _ in contracted.producers])
+        hop.append([problem.platform.hop_time(graph.by_id[t], dev) for t, _, _ in contracted.producers])
     produced_by: list[list[int]] = [[] for _ in range(num)]
     consumed_by: list[list[int]] = [[] for _ in range(num)]
     for k, (_, pc, consumers) in enumerate(contracted.producers):

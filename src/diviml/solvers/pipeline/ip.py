@@ -108,7 +108,7 @@ def _communication(m: LinearModel, problem: Problem, contracted: Contracted, dev
         task = graph.by_id[t]
         charges = []  # (P, producer inside, C, consumer inside, [(device, cost)])
         for d in devices:
-            hop = 0.0 if by_name[d].is_host else platform.hop_time(task, by_name[d]) * unit
+            hop = platform.hop_time(task, by_name[d]) * unit
             if hop > 0:
                 charges.append((alone[d], True, near[d], False, [(d, hop)]))
                 charges.append((near[d], False, alone[d], True, [(d, hop)]))
