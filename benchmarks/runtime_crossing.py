@@ -6,9 +6,10 @@ task on worker0, and the tasks dealt out to the two workers in runs of ``k`` tas
 between the workers at every run's end. The plans do the same work one task after another (the chain leaves
 no room for overlap), so what the second costs more, over its crossings, is what one crossing costs: the
 sender's piece ending, the receiver woken and taking the interpreter back, its piece starting. The cost model
-charges a crossing the platform's peer link between the two workers (``latency + bytes / bandwidth``); the
-preset's latency is the median of this table's small-operator rows. Prints the table and writes it to
-benchmarks/results/runtime_crossing.md (or --out).
+charges a crossing the two workers' hand-offs (each device's ``handoff``, paid at each end): the preset's are
+half the median of this table's small-operator rows each, and the table gives what the preset predicts for the
+dealt-out plan beside what it measured. Prints the table and writes it to benchmarks/results/runtime_crossing.md
+(or --out).
 
     python benchmarks/runtime_crossing.py
 """
@@ -63,8 +64,9 @@ def plan_of(problem: Problem, placement: dict[str, str]) -> Plan:
                 "feasible", "hand", batch_size=problem.batch_size)
 
 
-def measure_chain(spec: str, repeats: int) -> list[tuple[int, int, float, float]]:
-    """(k, crossings, one worker's median s, dealt out's median s) for each run length k."""
+def measure_chain(spec: str, repeats: int) -> list[tuple[int, int, float, float, float]]:
+    """(k, crossings, one worker's median s, dealt out's median s, dealt out's prediction s) for each run
+    length k."""
     from diviml.runtime import model_source
     source = model_source(spec)
     graph = diviml.profile(source.build(), source.inputs(source.example_batch), batches=(source.example_batch,),
@@ -76,9 +78,10 @@ def measure_chain(spec: str, repeats: int) -> list[tuple[int, int, float, float]
     for k in RUNS_OF:
         placement = {t: ("worker0", "worker1")[(i // k) % 2] for i, t in enumerate(order)}
         crossings = sum(1 for a, b in graph.edges if placement[a] != placement[b])
-        one, dealt = run_beside(spec, (alone, plan_of(problem, placement)), preset("cpu-workers-2"),
-                                problem=problem, repeats=repeats, warmup=3)
-        rows.append((k, crossings, one.measured_s, dealt.measured_s))
+        plan = plan_of(problem, placement)
+        one, dealt = run_beside(spec, (alone, plan), preset("cpu-workers-2"), problem=problem, repeats=repeats,
+                                warmup=3)
+        rows.append((k, crossings, one.measured_s, dealt.measured_s, plan.objective))
         print(f"  {spec.rpartition(':')[2]} chain, runs of {k}: {crossings} crossings, "
               f"{one.measured_s * 1e3:.3f} -> {dealt.measured_s * 1e3:.3f} ms", flush=True)
     return rows
@@ -94,19 +97,19 @@ def main(argv=None) -> int:
              f"{torch.get_num_threads()} threads here, each worker one intra-op thread (`cpu-workers-2`). A chain "
              "of blocks (a linear layer and a tanh) run on one worker and dealt out to both in runs of k tasks, the "
              "two plans in turn in one process (medians of the timed runs); per crossing: the difference over the "
-             "crossings.", "",
+             "crossings; predicted: the dealt-out plan timed with the preset's hand-offs.", "",
              "| chain | layers x width, batch | runs of k | crossings | one worker (ms) | dealt out (ms) | "
-             "per crossing (us) |", "|---|---|---:|---:|---:|---:|---:|"]
+             "per crossing (us) | dealt out predicted (ms) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     small = []
     with tempfile.TemporaryDirectory() as where:
         path = factory_file(Path(where))
         for name, (layers, width, batch) in CHAINS.items():
-            for k, crossings, one, dealt in measure_chain(f"{path}:{name}", args.repeats):
+            for k, crossings, one, dealt, predicted in measure_chain(f"{path}:{name}", args.repeats):
                 per = (dealt - one) / crossings
                 if name == "small":
                     small.append(per)
                 lines.append(f"| {name} | {layers} x {width}, {batch} | {k} | {crossings} | {one * 1e3:.3f} | "
-                             f"{dealt * 1e3:.3f} | {per * 1e6:.1f} |")
+                             f"{dealt * 1e3:.3f} | {per * 1e6:.1f} | {predicted * 1e3:.3f} |")
     lines += ["", f"Median per crossing over the small chain's rows: {statistics.median(small) * 1e6:.1f} us."]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -407,13 +407,17 @@ def preset(name: str) -> Platform:
 
 def localhost() -> Platform:
     """This machine's CPU cores, each a device of type 'host' (times measured here) sharing host memory
-    (transfers are free)."""
+    (no copy), each paying the hand-off of a worker of one process that ``cpu-workers-2`` measured."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
         memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         memory = math.inf
-    devices = tuple(Device(f"cpu{i}", "host", float(memory), "localhost", True) for i in range(cores))
+    workers = preset("cpu-workers-2")
+    handoff = workers.devices[0].handoff
+    devices = tuple(Device(f"cpu{i}", "host", float(memory), "localhost", True, handoff=handoff) for i in range(cores))
     return Platform(devices, "localhost", description=f"this machine: {cores} CPU cores as devices of type "
-                    "'host', sharing host memory (each core's capacity is the whole RAM; transfers free)",
-                    sources={"cores, memory": "read from this machine (sched_getaffinity, sysconf)"})
+                    "'host', sharing host memory (each core's capacity is the whole RAM; a tensor handed over "
+                    "by reference, each end paying a worker's hand-off)",
+                    sources={"cores, memory": "read from this machine (sched_getaffinity, sysconf)",
+                             "handoff": f"cpu-workers-2's: {workers.sources.get('handoff', '')}"})

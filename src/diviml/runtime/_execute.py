@@ -11,7 +11,8 @@ slot: none can wait on another in a cycle.
 A CPU device's worker runs with the device's intra-op thread count; a GPU device's worker on a CUDA stream
 of its own, synchronised at the end of each piece before its outputs are released. A value goes to another
 device by a real copy (``Tensor.to(..., non_blocking=True)``); host CPUs of one process share memory, so
-between them it is handed over by reference, as the cost model charges nothing there. Values produced on
+between them it is handed over by reference, with no copy to charge (the platform's ``handoff`` prices the
+receiver's waking instead). Values produced on
 another rank arrive through :class:`~diviml.runtime._dist.Comm` (torch.distributed send/recv). Workers
 wait on events, never poll in the normal path; a failing worker stops the others.
 """
