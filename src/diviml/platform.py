@@ -29,10 +29,10 @@ from typing import Mapping
 import yaml
 
 from . import interchangeable
-from .catalogue import CATALOGUE, GPU_LAUNCH, DeviceSpec
+from ._platform_file import device_spec, number, positive, spec_dict
+from .catalogue import CATALOGUE, DeviceSpec
 from .errors import InputError, in_file
 from .graph import Task, known_fields, whole_number
-from .graph import _num as _json_num
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ class Platform:
         if self.sources:
             out["sources"] = dict(self.sources)
         if self.device_specs:
-            out["device_types"] = {name: _spec_dict(spec) for name, spec in self.device_specs.items()}
+            out["device_types"] = {name: spec_dict(spec) for name, spec in self.device_specs.items()}
         return out
 
     @staticmethod
@@ -197,7 +197,7 @@ class Platform:
                     mem = entry.get("memory")
                     devices.append(Device(
                         name=name, type=str(entry["type"]),
-                        memory_bytes=math.inf if mem is None else _positive(_num(mem), f"memory of {name}"),
+                        memory_bytes=math.inf if mem is None else positive(number(mem), f"memory of {name}"),
                         server=str(entry.get("server", "server0")), is_host=host,
                         link=_link(entry.get("link"), f"link of {name}"),
                         threads=_threads(entry.get("threads"), name),
@@ -215,7 +215,7 @@ class Platform:
         if not isinstance(described, Mapping):
             raise InputError(f"{origin}: 'device_types' must map each new type's name to its peak_flops and "
                              "memory_bandwidth")
-        specs = {str(name): _device_spec(str(name), entry, origin) for name, entry in described.items()}
+        specs = {str(name): device_spec(str(name), entry, origin) for name, entry in described.items()}
         platform = Platform(tuple(devices), str(data.get("name", origin)), peer, network, groups,
                             str(data.get("description", "")), {str(k): str(v) for k, v in sources.items()}, specs)
         platform.check(origin)
@@ -266,62 +266,9 @@ class Platform:
             return Platform.from_dict(data, origin=str(path))
 
 
-def _num(v) -> float:
-    """A number of a platform file; a string that reads as one too, since YAML 1.1 reads 1e9 (no dot) as text."""
-    if isinstance(v, str):
-        try:
-            v = float(v)
-        except ValueError:
-            raise ValueError(f"expected a number, got {v!r}") from None
-    return _json_num(v)
-
-
 PLATFORM_FIELDS = ("name", "description", "devices", "peer_links", "network", "groups", "sources", "device_types")
 DEVICE_FIELDS = ("name", "type", "count", "host", "memory", "server", "link", "threads", "handoff")
 LINK_FIELDS = ("bandwidth", "latency")
-SPEC_FIELDS = ("peak_flops", "memory_bandwidth", "launch_overhead", "memory", "cores", "fp16_peak_flops",
-               "bf16_peak_flops", "source")
-
-
-def _device_spec(name: str, data, origin: str) -> DeviceSpec:
-    """A device type a platform file describes (``device_types: {name: {...}}``), costed by the roofline:
-    ``peak_flops`` (FLOP/s, dense FP32) and ``memory_bandwidth`` (bytes/s) required; ``launch_overhead``
-    (s per operator, default the measured GPU launch), ``memory`` (bytes), ``cores`` (a CPU socket's cores;
-    default 1, a GPU), ``fp16_peak_flops`` / ``bf16_peak_flops`` (dense tensor-core FLOP/s) and ``source``
-    optional."""
-    what = f"{origin}: device type {name!r}"
-    if not isinstance(data, Mapping):
-        raise InputError(f"{what} must be a mapping with peak_flops and memory_bandwidth")
-    known_fields(data, SPEC_FIELDS, what)
-    missing = [k for k in ("peak_flops", "memory_bandwidth") if k not in data]
-    if missing:
-        raise InputError(f"{what} needs {' and '.join(missing)} (FLOP/s, bytes/s) to be costed by the roofline")
-    try:
-        peak = _positive(_num(data["peak_flops"]), f"{what}: peak_flops")
-        bandwidth = _positive(_num(data["memory_bandwidth"]), f"{what}: memory_bandwidth")
-        memory = _positive(_num(data["memory"]), f"{what}: memory") if "memory" in data else math.inf
-        launch = _num(data.get("launch_overhead", GPU_LAUNCH))
-        half = {k: _positive(_num(data[k]), f"{what}: {k}") for k in ("fp16_peak_flops", "bf16_peak_flops")
-                if k in data}
-    except (ValueError, OverflowError) as exc:
-        raise InputError(f"{what}: {exc}") from None
-    if not launch >= 0:
-        raise InputError(f"{what}: launch_overhead must be at least 0 seconds, got {launch!r}")
-    cores = whole_number(data.get("cores", 1), f"{what}: cores", 1, 4096)
-    source = str(data.get("source", "given in the platform file, no source stated"))
-    return DeviceSpec(name, peak, bandwidth, memory, launch, {"platform file": source}, cores=cores, **half)
-
-
-def _spec_dict(spec: DeviceSpec) -> dict:
-    out = {"peak_flops": spec.peak_flops, "memory_bandwidth": spec.memory_bandwidth,
-           "launch_overhead": spec.launch_overhead, "cores": spec.cores,
-           "source": spec.sources.get("platform file", "")}
-    if math.isfinite(spec.memory_bytes):
-        out["memory"] = spec.memory_bytes
-    for k in ("fp16_peak_flops", "bf16_peak_flops"):
-        if getattr(spec, k):
-            out[k] = getattr(spec, k)
-    return out
 
 
 # the most devices one platform entry may stand for (a count beyond is a typo, and each device costs memory)
@@ -339,19 +286,13 @@ def _threads(v, name: str) -> int | None:
 def _handoff(v, name: str) -> float:
     """A device's hand-off: seconds, at least 0 and finite (a microsecond is 1e-6)."""
     try:
-        seconds = _num(v)
+        seconds = number(v)
     except (ValueError, TypeError):
         seconds = math.nan
     if not (0 <= seconds < math.inf):
         raise InputError(f"handoff of {name} must be a number of seconds >= 0 (a value's hand-off to or from its "
                          f"worker, e.g. 3e-5), got {v!r}")
     return seconds
-
-
-def _positive(v: float, what: str) -> float:
-    if not (v > 0) or math.isnan(v):
-        raise InputError(f"{what} must be a positive number, got {v}")
-    return v
 
 
 def _peer_links(entries, origin: str) -> dict[frozenset, Link]:
@@ -380,10 +321,10 @@ def _link(d, what: str, also: tuple[str, ...] = ()) -> Link | None:
     if not isinstance(d, Mapping):
         raise InputError(f"{what} must be a mapping with 'bandwidth' (bytes/s) and optional 'latency' (s), got {d!r}")
     known_fields(d, (*also, *LINK_FIELDS), what)
-    lat = _num(d.get("latency", 0.0))
+    lat = number(d.get("latency", 0.0))
     if lat < 0 or math.isnan(lat):
         raise InputError(f"{what}: latency must be >= 0, got {lat}")
-    bandwidth = _positive(_num(d["bandwidth"]), f"{what}: bandwidth")
+    bandwidth = positive(number(d["bandwidth"]), f"{what}: bandwidth")
     if bandwidth < 1.0:  # below a byte per second a transfer's time overflows every sum
         raise InputError(f"{what}: bandwidth must be at least 1 byte/s, got {bandwidth:g}")
     return Link(bandwidth, lat)
