@@ -74,8 +74,12 @@ def test_a_scenario_file_is_auto_detected_and_can_export_a_split(data_dir, tmp_p
 
 
 def test_platforms_and_solvers_are_listed():
-    assert "paper-server" in json.loads(run("platforms", "--json").stdout)["platforms"]
+    platforms = json.loads(run("platforms", "--json").stdout)["platforms"]
+    assert "paper-server" in platforms
     assert "heft" in json.loads(run("solvers", "--json").stdout)["solvers"]
+    # what a crossing between the workers costs is part of what a user reads about a preset
+    assert [d["handoff_s"] for d in platforms["cpu-workers-2"]["devices"]] == [3.75e-5, 3.75e-5]
+    assert "worker0    host         unlimited    localhost   hand-off 37.5 us in or out" in run("platforms").stdout
 
 
 def _write(tmp_path, name, text):

@@ -342,7 +342,8 @@ def cmd_platforms(args) -> dict:
         p = preset(name)
         out[name] = {"description": p.description,
                      "devices": [{"name": d.name, "type": d.type, "server": d.server,
-                                  "memory_bytes": d.memory_bytes if d.memory_bytes != float("inf") else None}
+                                  "memory_bytes": d.memory_bytes if d.memory_bytes != float("inf") else None,
+                                  "handoff_s": d.handoff}
                                  for d in p.devices], "sources": dict(p.sources)}
     return {"platforms": out}
 

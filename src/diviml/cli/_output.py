@@ -15,7 +15,8 @@ def _print_platforms(out: dict) -> None:
         print(f"{name}: {p['description']}")
         for d in p["devices"]:
             mem = "unlimited" if d["memory_bytes"] is None else f"{d['memory_bytes']:.3g} B"
-            print(f"    {d['name']:<10} {d['type']:<12} {mem:<12} {d['server']}")
+            handoff = f"   hand-off {d['handoff_s'] * 1e6:g} us in or out" if d["handoff_s"] else ""
+            print(f"    {d['name']:<10} {d['type']:<12} {mem:<12} {d['server']}{handoff}")
 
 
 def _print_solvers(out: dict) -> None:
