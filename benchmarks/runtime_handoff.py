@@ -19,9 +19,7 @@ it (above 1: splitting paid here).
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import subprocess
 import sys
 import tempfile
 from dataclasses import replace
@@ -31,20 +29,14 @@ import yaml
 
 from diviml import preset
 
+sys.path.insert(0, str(Path(__file__).parent))
+from runtime_fidelity import diviml  # noqa: E402  (a command's --json answer)
+
 OUT = Path(__file__).parent / "results" / "runtime_handoff.md"
 # (model, objective, batch): models of small operators, where crossings cost most beside their work, and larger
 CASES = [("randwire-ws-s0", "latency", 1), ("gpt-tiny", "latency", 1), ("googlenet", "latency", 1),
          ("resnet50", "latency", 1), ("inception_v3", "latency", 1), ("randwire-ws-s0", "batch", 8),
          ("gpt-tiny", "batch", 8), ("googlenet", "batch", 8)]
-
-
-def diviml(*args) -> dict:
-    """The command's --json answer."""
-    r = subprocess.run([sys.executable, "-m", "diviml", *map(str, args), "--json", "--quiet"], capture_output=True,
-                       text=True, timeout=3600)
-    if r.returncode != 0:
-        raise RuntimeError(f"diviml {' '.join(map(str, args))}: {r.stderr.strip()}")
-    return json.loads(r.stdout)
 
 
 def free_crossings(where: Path) -> Path:

@@ -13,24 +13,16 @@ marked. Prints a table and writes benchmarks/results/runtime_tune.md (or --out).
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from runtime_fidelity import diviml  # noqa: E402  (a command's --json answer)
+
 OUT = Path(__file__).parent / "results" / "runtime_tune.md"
 MODELS = ["googlenet", "inception_v3", "randwire-ws-s0"]
-
-
-def diviml(*args) -> dict:
-    """The command's --json answer."""
-    r = subprocess.run([sys.executable, "-m", "diviml", *map(str, args), "--json", "--quiet"], capture_output=True,
-                       text=True, timeout=3600)
-    if r.returncode != 0:
-        raise RuntimeError(f"diviml {' '.join(map(str, args))}: {r.stderr.strip()}")
-    return json.loads(r.stdout)
 
 
 def rows(model: str, platform: str, args, work: Path) -> list[str]:
