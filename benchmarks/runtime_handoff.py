@@ -14,6 +14,12 @@ it (above 1: splitting paid here).
 
     python benchmarks/runtime_handoff.py                       # the table (about 15 minutes)
     python benchmarks/runtime_handoff.py --models gpt-tiny --repeats 10
+    python benchmarks/runtime_handoff.py --receiver-busy       # a crossing as the receiver's time: the next model?
+
+With --receiver-busy, each latency case's plan solved on the preset is run as above and then re-timed by the
+simulator as if a crossing were not a delay but time the receiving worker spends (``receive`` on the first reader
+of each value from the other worker) and each piece cost its worker ``piece`` more, order and devices kept, so
+that the measured time can say which model it follows (benchmarks/results/runtime_receiver_busy.md).
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from runtime_fidelity import diviml  # noqa: E402  (a command's --json answer)
 
 OUT = Path(__file__).parent / "results" / "runtime_handoff.md"
+RECEIVER_OUT = Path(__file__).parent / "results" / "runtime_receiver_busy.md"
+RECEIVE_US = (75.0, 112.5)  # one crossing's hand-offs (both ends), and 1.5 times that
+PIECE_US = (0.0, 15.0)  # the runtime's cost per piece: 10-19 us (results/runtime_overhead.md)
 # (model, objective, batch): models of small operators, where crossings cost most beside their work, and larger
 CASES = [("randwire-ws-s0", "latency", 1), ("gpt-tiny", "latency", 1), ("googlenet", "latency", 1),
          ("resnet50", "latency", 1), ("inception_v3", "latency", 1), ("randwire-ws-s0", "batch", 8),
@@ -75,6 +84,63 @@ def rows_of(model: str, objective: str, batch: int, platforms: dict[str, Path | 
     return out
 
 
+def receiver_busy(graph: Path, plan_file: Path, receive: float, piece: float) -> float:
+    """The plan's makespan re-timed with crossings free of delay but each costing its receiver ``receive`` seconds
+    (on the first reader on that worker of each value from the other), and each piece ``piece`` seconds on its
+    worker (a piece taken to start at a worker's first task and at each task that reads a crossing value)."""
+    from diviml import Objective, Plan, Problem, TaskGraph
+    from diviml.simulate import latency
+    g, plan = TaskGraph.load(graph), Plan.load(plan_file)
+    place = {a.task: a.device for a in plan.assignments}
+    topo = {t: i for i, t in enumerate(g.topological_order)}
+    order: dict[str, list[str]] = {d.name: [] for d in preset("cpu-workers-2").devices}
+    for a in sorted(plan.assignments, key=lambda a: (a.start, topo[a.task])):
+        order[a.device].append(a.task)
+    position = {t: i for tasks in order.values() for i, t in enumerate(tasks)}
+    tasks = []
+    for t in g.tasks:
+        d = place[t.id]
+        crossing = [u for u in g.predecessors[t.id] if place[u] != d]
+        first = [u for u in crossing if min(position[v] for v in g.successors[u] if place[v] == d) == position[t.id]]
+        extra = receive * len(first) + (piece if crossing or position[t.id] == 0 else 0.0)
+        tasks.append(replace(t, time={k: v + extra for k, v in t.time.items()}))
+    timed = TaskGraph.create(tasks, g.edges, name=g.name, batch_size=g.batch_size)
+    workers = preset("cpu-workers-2")
+    free = replace(workers, devices=tuple(replace(d, handoff=0.0) for d in workers.devices))
+    return latency(Problem(timed, free, Objective("latency")), place, order).makespan
+
+
+def receiver_rows(models: list[str], work: Path, args) -> list[str]:
+    """For each model: the preset's split plan run, and its makespan re-timed under each receiver-busy model."""
+    lines = []
+    for model in models:
+        graph = work / f"{model}-1.json"
+        diviml("profile", model, "--platform", "cpu-workers-2", "--min-time", args.min_time, "--out", graph)
+        plan = work / f"{model}.plan.json"
+        diviml("schedule", graph, "--platform", "cpu-workers-2", "--solver", "split", "--time-limit",
+               args.time_limit, "--out", plan)
+        run = diviml("run", model, plan, "--graph", graph, "--platform", "cpu-workers-2", "--compare",
+                     "--repeats", args.repeats, "--warmup", 3)
+        timed = [receiver_busy(graph, plan, r * 1e-6, p * 1e-6) for r in RECEIVE_US for p in PIECE_US]
+        lines.append(f"| {model} | {run['pieces']} | {run['predicted_s'] * 1e3:.3f} | "
+                     + " | ".join(f"{t * 1e3:.3f}" for t in timed)
+                     + f" | {run['measured_s'] * 1e3:.3f} | {run['single_measured_s'] * 1e3:.3f} |")
+        print("  " + lines[-1], flush=True)
+    return lines
+
+
+def receiver_table(lines: list[str], command: str) -> str:
+    heads = [f"busy {r:g} us{f', piece {p:g} us' if p else ''}" for r in RECEIVE_US for p in PIECE_US]
+    return "\n".join([
+        "# A crossing as the receiver's time: split's plans on cpu-workers-2 re-timed", "",
+        f"Command: `{command}`; this shared 2-core machine, one run. Each model's split plan solved on the preset "
+        "(crossings as delays, 37.5 us at each end), run beside the best single worker, then re-timed by the "
+        "simulator with crossings as time the receiving worker spends (busy) and each piece costing its worker "
+        "more (piece). Times in ms.", "",
+        "| model | pieces | predicted (delays) | " + " | ".join(heads) + " | measured | single worker measured |",
+        "|---|---:|---:|" + "---:|" * len(heads) + "---:|---:|", *lines]) + "\n"
+
+
 def table(rows: list[dict], command: str) -> str:
     lines = ["# Plans solved with and without the workers' hand-offs, run on cpu-workers-2", "",
              f"Command: `{command}`; this shared 2-core machine, one run. Each model profiled once; `split` solved "
@@ -109,8 +175,18 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--time-limit", type=float, default=10.0, help="split's time limit, seconds")
     ap.add_argument("--min-time", type=float, default=0.2, help="the profile's time per operator, seconds")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--receiver-busy", action="store_true",
+                    help="re-time the latency plans with crossings as the receiver's time (its own table)")
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    command = "python benchmarks/runtime_handoff.py" + (" " + " ".join(argv or sys.argv[1:])).rstrip()
+    if args.receiver_busy:
+        models = args.models or list(dict.fromkeys(m for m, objective, _ in CASES if objective == "latency"))
+        with tempfile.TemporaryDirectory() as where:
+            text = receiver_table(receiver_rows(models, Path(where), args), command)
+        print(text)
+        (args.out or RECEIVER_OUT).write_text(text)
+        return 0
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as where:
         work = Path(where)
@@ -119,10 +195,9 @@ def main(argv=None) -> int:
             if args.models and model not in args.models:
                 continue
             rows += rows_of(model, objective, batch, platforms, work, args)
-    command = "python benchmarks/runtime_handoff.py" + (" " + " ".join(argv or sys.argv[1:])).rstrip()
     text = table(rows, command)
     print(text)
-    args.out.write_text(text)
+    (args.out or OUT).write_text(text)
     return 0
 
 
