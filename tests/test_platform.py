@@ -103,6 +103,10 @@ def test_devices_of_different_hand_offs_are_not_interchangeable():
                                         {"name": "w1", "type": "host", "host": True}]})
     assert p.identical_groups == ()
     assert p.transfer_time(Task("a", {"host": 1}), "w1", "w0") == 3e-5
+    # nor may a file declare them a group, which symmetry breaking would swap as if they were
+    with pytest.raises(InputError, match=r"group \['w0', 'w1'\] mixes devices of different .*hand-off"):
+        Platform.from_dict({"devices": [{"name": "w0", "type": "host", "host": True, "handoff": 3e-5},
+                                        {"name": "w1", "type": "host", "host": True}], "groups": [["w0", "w1"]]})
 
 
 @pytest.mark.parametrize("value", [-1e-6, "soon", float("inf"), float("nan")])

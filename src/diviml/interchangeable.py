@@ -1,7 +1,7 @@
 """Which devices, and which servers, a plan may swap without changing any time: what symmetry breaking orders.
 
-Two devices are interchangeable when they have the same type, memory, host link, threads, hand-off and server, and any
-swap of the two leaves the peer links as they were. Two servers are interchangeable when their devices match
+Two devices are interchangeable when they have the same type, memory, host link, threads, hand-off and server,
+and any swap of the two leaves the peer links as they were. Two servers are interchangeable when their devices match
 position by position, the peer links among them match, and none reaches another server (the one network
 joins every server alike): swapping them, devices and all, changes no transfer.
 """

@@ -50,7 +50,7 @@ class Device:
     type: str
     memory_bytes: float = math.inf
     server: str = "server0"
-    is_host: bool = False  # a CPU whose memory is the host memory: its hops cost nothing
+    is_host: bool = False  # a CPU whose memory is the host memory: its hops cost only its hand-off
     link: Link | None = None  # device <-> host link (None for a host CPU)
     threads: int | None = None  # a CPU device: the intra-op threads it stands for (profiled and run with them)
     handoff: float = 0.0  # seconds added to each hop into or out of this device (a worker woken), host or not
@@ -241,9 +241,9 @@ class Platform:
             for n in g:
                 if n not in self.by_name:
                     raise InputError(f"{origin}: group names unknown device {n!r}")
-            if len({(self.by_name[n].type, self.by_name[n].memory_bytes) for n in g}) > 1:
-                raise InputError(f"{origin}: group {list(g)} mixes devices of different type or memory: "
-                                 "only identical devices may be grouped")
+            if len({interchangeable.device_kind(self.by_name[n]) for n in g}) > 1:
+                raise InputError(f"{origin}: group {list(g)} mixes devices of different type, memory, host link, "
+                                 "threads or hand-off: only identical devices may be grouped")
         if len({d.server for d in self.devices}) > 1 and self.network is None:
             raise InputError(f"{origin}: devices sit on several servers but there is no 'network' link")
 
