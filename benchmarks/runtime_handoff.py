@@ -31,11 +31,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
-from diviml import preset
-
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+from conftest import free_workers, workers_without_handoffs  # noqa: E402  (cpu-workers-2 with crossings free)
 from runtime_fidelity import diviml  # noqa: E402  (a command's --json answer)
 
 OUT = Path(__file__).parent / "results" / "runtime_handoff.md"
@@ -46,16 +44,6 @@ PIECE_US = (0.0, 15.0)  # the runtime's cost per piece: 10-19 us (results/runtim
 CASES = [("randwire-ws-s0", "latency", 1), ("gpt-tiny", "latency", 1), ("googlenet", "latency", 1),
          ("resnet50", "latency", 1), ("inception_v3", "latency", 1), ("randwire-ws-s0", "batch", 8),
          ("gpt-tiny", "batch", 8), ("googlenet", "batch", 8)]
-
-
-def free_crossings(where: Path) -> Path:
-    """The preset with every hand-off 0, as a platform file."""
-    workers = preset("cpu-workers-2")
-    free = replace(workers, name="cpu-workers-2 without hand-offs",
-                   devices=tuple(replace(d, handoff=0.0) for d in workers.devices))
-    path = where / "free.yaml"
-    path.write_text(yaml.safe_dump(free.to_dict()))
-    return path
 
 
 def rows_of(model: str, objective: str, batch: int, platforms: dict[str, Path | str], work: Path, args) -> list[dict]:
@@ -91,11 +79,8 @@ def receiver_busy(graph: Path, plan_file: Path, receive: float, piece: float) ->
     from diviml import Objective, Plan, Problem, TaskGraph
     from diviml.simulate import latency
     g, plan = TaskGraph.load(graph), Plan.load(plan_file)
-    place = {a.task: a.device for a in plan.assignments}
-    topo = {t: i for i, t in enumerate(g.topological_order)}
-    order: dict[str, list[str]] = {d.name: [] for d in preset("cpu-workers-2").devices}
-    for a in sorted(plan.assignments, key=lambda a: (a.start, topo[a.task])):
-        order[a.device].append(a.task)
+    place = plan.placement
+    order = {d: [t for t, _ in tasks] for d, tasks in (plan.device_order or {}).items()}
     position = {t: i for tasks in order.values() for i, t in enumerate(tasks)}
     tasks = []
     for t in g.tasks:
@@ -105,9 +90,7 @@ def receiver_busy(graph: Path, plan_file: Path, receive: float, piece: float) ->
         extra = receive * len(first) + (piece if crossing or position[t.id] == 0 else 0.0)
         tasks.append(replace(t, time={k: v + extra for k, v in t.time.items()}))
     timed = TaskGraph.create(tasks, g.edges, name=g.name, batch_size=g.batch_size)
-    workers = preset("cpu-workers-2")
-    free = replace(workers, devices=tuple(replace(d, handoff=0.0) for d in workers.devices))
-    return latency(Problem(timed, free, Objective("latency")), place, order).makespan
+    return latency(Problem(timed, free_workers(), Objective("latency")), place, order).makespan
 
 
 def receiver_rows(models: list[str], work: Path, args) -> list[str]:
@@ -190,7 +173,7 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as where:
         work = Path(where)
-        platforms = {"free crossings": free_crossings(work), "cpu-workers-2": "cpu-workers-2"}
+        platforms = {"free crossings": workers_without_handoffs(work), "cpu-workers-2": "cpu-workers-2"}
         for model, objective, batch in CASES:
             if args.models and model not in args.models:
                 continue

@@ -41,19 +41,22 @@ def two_servers() -> Platform:
     return Platform.from_dict({"devices": devices, "network": {"bandwidth": 12.5e9, "latency": 1e-5}})
 
 
-def workers_without_handoffs(where: Path) -> Path:
-    """``cpu-workers-2`` with crossings free, as a platform file in ``where``: the plans of a tiny model then
-    use both workers (the preset charges each crossing what it measures here, and keeps such a model on one),
-    for tests of how the runtime cuts a plan and joins its parts."""
+def free_workers() -> Platform:
+    """``cpu-workers-2`` with its hand-offs 0: a crossing between the two workers free, as it was priced before."""
     from dataclasses import replace
-
-    import yaml
 
     from diviml import preset
     workers = preset("cpu-workers-2")
-    free = replace(workers, devices=tuple(replace(d, handoff=0.0) for d in workers.devices))
+    return replace(workers, devices=tuple(replace(d, handoff=0.0) for d in workers.devices))
+
+
+def workers_without_handoffs(where: Path) -> Path:
+    """:func:`free_workers` as a platform file in ``where``: the plans of a tiny model then use both workers (the
+    preset charges each crossing what it measures here, and keeps such a model on one), for tests of how the
+    runtime cuts a plan and joins its parts."""
+    import yaml
     path = where / "workers-without-handoffs.yaml"
-    path.write_text(yaml.safe_dump(free.to_dict()))
+    path.write_text(yaml.safe_dump(free_workers().to_dict()))
     return path
 
 

@@ -1,9 +1,8 @@
 """Hand-offs (a device's ``handoff``, paid at each end of a crossing) as every solver sees them: a plan deals a
 model out to two workers of one process only where the overlap it gains is more than the crossings cost."""
 
-from dataclasses import replace
-
 import pytest
+from conftest import free_workers
 from test_exact import brute_force_latency
 
 import diviml
@@ -23,11 +22,6 @@ def branches(seconds: float, length: int = 2) -> TaskGraph:
     return TaskGraph.create(tasks, edges, name="branches")
 
 
-def without_handoffs():
-    workers = preset("cpu-workers-2")
-    return replace(workers, devices=tuple(replace(d, handoff=0.0) for d in workers.devices))
-
-
 @pytest.mark.parametrize("solver", ["exact", "milp", "split", "heft", "list-search"])
 def test_microsecond_branches_stay_on_one_worker_where_crossings_cost_more_than_they_overlap(solver):
     # one worker: 6 x 10 us; the branches side by side: 40 us of work on the path and a crossing (75 us)
@@ -35,7 +29,7 @@ def test_microsecond_branches_stay_on_one_worker_where_crossings_cost_more_than_
     plan = diviml.solve(problem, solver, time_limit=5, seed=1)
     assert len({a.device for a in plan.assignments}) == 1
     assert plan.objective == pytest.approx(6 * 10e-6)
-    free = diviml.solve(Problem(branches(10e-6), without_handoffs(), Objective("latency")), solver, time_limit=5,
+    free = diviml.solve(Problem(branches(10e-6), free_workers(), Objective("latency")), solver, time_limit=5,
                         seed=1)
     assert free.objective == pytest.approx(4 * 10e-6)  # crossings free: the branches side by side
 

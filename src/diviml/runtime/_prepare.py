@@ -170,9 +170,9 @@ def _program(source: ModelSource, plan: Plan, problem, batch: int, split: bool):
     captured = capture_at(source.build(), source.inputs, batch)
     if problem is not None:
         _check_edges(captured, problem.graph)
-    check_plan_tasks(set(task_of_nodes(captured).values()), set(plan.placement))  # before cutting rows by it
     order = plan.device_order or stream_order(captured, plan.placement)
-    if split:
+    if split:  # the plan's tasks checked before its rows are cut by them (cut checks its own program's)
+        check_plan_tasks(set(task_of_nodes(captured).values()), set(plan.placement))
         _check_cut_tasks(captured, plan, source)
         jobs = split_rows(captured, plan.parts, order, batch)
         return captured, jobs.captured, cut(jobs.captured, jobs.device_order, jobs.task_of), order

@@ -41,7 +41,6 @@ from ._profile import (
 
 __all__ = [
     "Calibration", "Captured", "MIN_TIMING_S", "NodeRecord", "VIEWS", "WARMUP_S_CUDA", "batch_first", "calibrate",
-    "capture",
-    "capture_at", "count_flops", "default_table_sizes", "example_batch", "fold", "inputs_at_batch", "measure",
-    "measured_device_type", "profile", "profile_module", "profile_zoo", "task_of_nodes", "to_task_graph", "with_inputs",
+    "capture", "capture_at", "count_flops", "default_table_sizes", "example_batch", "fold", "inputs_at_batch",
+    "measure", "measured_device_type", "profile", "profile_module", "profile_zoo", "task_of_nodes", "to_task_graph", "with_inputs",
 ]
