@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 import diviml  # noqa: E402
 from diviml import Assignment, InputError, Objective, Plan, Problem, preset  # noqa: E402
 from diviml.frontends.pytorch import profile_zoo  # noqa: E402
-from diviml.runtime import run_beside  # noqa: E402
+from diviml.runtime import ModelSource, run_beside  # noqa: E402
 
 CPU2 = preset("cpu-workers-2")
 
@@ -48,3 +48,14 @@ def test_a_second_plan_that_cannot_run_is_refused_and_the_first_plans_workers_en
     with pytest.raises(InputError, match="lacks"):
         run_beside("gpt-tiny", (split, elsewhere), CPU2, problem=problem, repeats=2, warmup=0)
     assert not [t for t in threading.enumerate() if t.name.startswith("diviml-") and t.is_alive()]
+
+
+def test_the_model_is_built_and_captured_once_for_both_plans(gpt_plans):
+    from diviml.frontends import zoo
+    problem, split, single = gpt_plans
+    model, builds = zoo.get("gpt-tiny"), []
+    source = ModelSource("gpt-tiny", lambda: builds.append(1) or model.build(), model.inputs)
+    first, second = run_beside(source, (split, single), CPU2, problem=problem, repeats=2, warmup=0)
+    assert first.outputs_match and second.outputs_match
+    assert len(builds) == 1  # a capture takes seconds: the second plan cuts the first's program
+    assert source.captured(1) is source.captured(1)

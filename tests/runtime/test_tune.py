@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 
 from diviml import InputError, Objective, Problem, preset  # noqa: E402
 from diviml.frontends.pytorch import profile_zoo  # noqa: E402
-from diviml.runtime import tune  # noqa: E402
+from diviml.runtime import ModelSource, tune  # noqa: E402
 from diviml.validate import validate  # noqa: E402
 
 CPU2 = preset("cpu-workers-2")
@@ -95,3 +95,12 @@ def test_a_graph_of_another_model_is_refused_before_anything_is_written(tmp_path
             "--quiet")
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "give the graph profiled from this model" in r.stderr
     assert not (tmp_path / "best.json").exists()
+
+
+def test_the_rounds_run_one_capture_of_the_model(gpt):
+    from diviml.frontends import zoo
+    model, builds = zoo.get("gpt-tiny"), []
+    source = ModelSource("gpt-tiny", lambda: builds.append(1) or model.build(), model.inputs)
+    report = tune(source, gpt, solver="heft", rounds=2, repeats=2, warmup=0)
+    assert all(r.report.outputs_match for r in report.rounds)
+    assert len(builds) == 1  # each round cuts the same program by its plan

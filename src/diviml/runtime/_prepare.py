@@ -163,11 +163,8 @@ def _prepare(source: ModelSource | str, plan: Plan, platform, problem, batch: in
 def _program(source: ModelSource, plan: Plan, problem, batch: int, split: bool):
     """The model captured at ``batch`` (the same weights on every rank), the program that runs (with a copy of
     each split task per sub-batch: runtime._rows), its cut into per-device pieces and each device's order."""
-    import torch
-
-    from ..frontends.pytorch import capture_at, task_of_nodes
-    torch.manual_seed(0)  # every rank builds the same weights
-    captured = capture_at(source.build(), source.inputs, batch)
+    from ..frontends.pytorch import task_of_nodes
+    captured = source.captured(batch)
     if problem is not None:
         _check_edges(captured, problem.graph)
     order = plan.device_order or stream_order(captured, plan.placement)

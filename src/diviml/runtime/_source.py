@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +19,20 @@ class ModelSource:
     build: Callable[[], object]
     inputs: Callable[[int], tuple]
     example_batch: int | None = None
+    _captures: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+
+    def captured(self, batch: int):
+        """The model captured at ``batch`` (built with torch's generator seeded, so every rank and process gets
+        the same weights), once per source and batch: ``run --compare`` and ``tune`` run several plans of one
+        model, and a capture (torch.export) takes seconds. The program is functional (its parameters and
+        buffers are placeholders), so plans run one after another may share it."""
+        if batch not in self._captures:
+            import torch
+
+            from ..frontends.pytorch import capture_at
+            torch.manual_seed(0)
+            self._captures[batch] = capture_at(self.build(), self.inputs, batch)
+        return self._captures[batch]
 
 
 def model_source(spec: str) -> ModelSource:
