@@ -17,12 +17,13 @@ STATUSES = ("optimal", "feasible", "timeout", "infeasible")
 
 
 def format_gap(gap: float) -> str:
-    """A gap as a percentage that never reads 0 when it is not: two significant digits below 0.1%.
+    """A gap as a percentage that never reads 0 when it is not: two significant digits below 0.1%. A gap under
+    1e-12 is the rounding of two sums of floats that agree (a plan and a bound found as one), and reads 0.
 
-    >>> format_gap(0.0), format_gap(3.2e-6), format_gap(4e-7), format_gap(0.0421)
-    ('0%', '0.00032%', '0.00004%', '4.21%')
+    >>> format_gap(0.0), format_gap(3.2e-6), format_gap(4e-7), format_gap(0.0421), format_gap(1.7e-16)
+    ('0%', '0.00032%', '0.00004%', '4.21%', '0%')
     """
-    if gap <= 0:
+    if gap < 1e-12:
         return "0%"
     percent = 100 * gap
     if gap >= 1e-3:
