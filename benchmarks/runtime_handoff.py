@@ -1,10 +1,12 @@
 """Benchmark: plans solved for cpu-workers-2 with and without the hand-offs its workers pay, run here.
 
-For each model (and objective): one profile on ``cpu-workers-2``, then for each platform, the preset with its
-hand-offs set to 0 (a crossing between the workers free, as the preset was before it had them) and the
-preset itself (``handoff`` on each worker, half of what `benchmarks/runtime_crossing.py` measured a crossing
-at): schedule with ``split``, run the plan with the best single worker's plan measured beside it in the same
-process, their runs in turn (``diviml run --compare``). Every step is the CLI a user runs. No calibration: this
+For each model (and objective): one profile on ``cpu-workers-2``, then for each platform: the preset with its
+hand-offs set to 0 (a crossing between the workers free, as the preset was before session 73); the preset's
+hand-offs (``handoff`` on each worker, half of what `benchmarks/runtime_crossing.py` measured a crossing at) as
+delays (``transfers: overlapped``, as session 73 priced them); and the preset itself, whose receiving worker
+spends each crossing (``transfers: receiver``, how the runtime runs): schedule with ``split``, run the plan with
+the best single worker's plan measured beside it in the same process, their runs in turn (``diviml run
+--compare``). Every step is the CLI a user runs. No calibration: this
 is what a first solve predicts and what it measures. Prints a table and writes
 benchmarks/results/runtime_handoff.md (or --out).
 
@@ -12,14 +14,11 @@ Columns: the plan's pieces (runs of tasks on one device), its predicted and meas
 timed runs), measured / predicted, the single worker's predicted and measured time and the plan's speed-up over
 it (above 1: splitting paid here).
 
-    python benchmarks/runtime_handoff.py                       # the table (about 15 minutes)
+    python benchmarks/runtime_handoff.py                       # the table (about 25 minutes)
     python benchmarks/runtime_handoff.py --models gpt-tiny --repeats 10
-    python benchmarks/runtime_handoff.py --receiver-busy       # a crossing as the receiver's time: the next model?
 
-With --receiver-busy, each latency case's plan solved on the preset is run as above and then re-timed by the
-simulator as if a crossing were not a delay but time the receiving worker spends (``receive`` on the first reader
-of each value from the other worker) and each piece cost its worker ``piece`` more, order and devices kept, so
-that the measured time can say which model it follows (benchmarks/results/runtime_receiver_busy.md).
+(Session 73's ``--receiver-busy`` re-timed the preset's plans with crossings as the receiver's time, by hand:
+benchmarks/results/runtime_receiver_busy.md. The simulator times them so now, on the preset itself.)
 """
 
 from __future__ import annotations
@@ -31,15 +30,16 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+import yaml
+
+from diviml import preset
+
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
-from conftest import free_workers, workers_without_handoffs  # noqa: E402  (cpu-workers-2 with crossings free)
+from conftest import workers_without_handoffs  # noqa: E402  (cpu-workers-2 with crossings free)
 from runtime_fidelity import diviml  # noqa: E402  (a command's --json answer)
 
 OUT = Path(__file__).parent / "results" / "runtime_handoff.md"
-RECEIVER_OUT = Path(__file__).parent / "results" / "runtime_receiver_busy.md"
-RECEIVE_US = (75.0, 112.5)  # one crossing's hand-offs (both ends), and 1.5 times that
-PIECE_US = (0.0, 15.0)  # the runtime's cost per piece: 10-19 us (results/runtime_overhead.md)
 # (model, objective, batch): models of small operators, where crossings cost most beside their work, and larger
 CASES = [("randwire-ws-s0", "latency", 1), ("gpt-tiny", "latency", 1), ("googlenet", "latency", 1),
          ("resnet50", "latency", 1), ("inception_v3", "latency", 1), ("randwire-ws-s0", "batch", 8),
@@ -70,58 +70,6 @@ def rows_of(model: str, objective: str, batch: int, platforms: dict[str, Path | 
         print(f"  {model} {r['case']} {label}: {r['pieces']} pieces, predicted {r['predicted_s'] * 1e3:.3f} ms, "
               f"measured {r['measured_s'] * 1e3:.3f} ms, single {r['single_s'] * 1e3:.3f} ms", flush=True)
     return out
-
-
-def receiver_busy(graph: Path, plan_file: Path, receive: float, piece: float) -> float:
-    """The plan's makespan re-timed with crossings free of delay but each costing its receiver ``receive`` seconds
-    (on the first reader on that worker of each value from the other), and each piece ``piece`` seconds on its
-    worker (a piece taken to start at a worker's first task and at each task that reads a crossing value)."""
-    from diviml import Objective, Plan, Problem, TaskGraph
-    from diviml.simulate import latency
-    g, plan = TaskGraph.load(graph), Plan.load(plan_file)
-    place = plan.placement
-    order = {d: [t for t, _ in tasks] for d, tasks in (plan.device_order or {}).items()}
-    position = {t: i for tasks in order.values() for i, t in enumerate(tasks)}
-    tasks = []
-    for t in g.tasks:
-        d = place[t.id]
-        crossing = [u for u in g.predecessors[t.id] if place[u] != d]
-        first = [u for u in crossing if min(position[v] for v in g.successors[u] if place[v] == d) == position[t.id]]
-        extra = receive * len(first) + (piece if crossing or position[t.id] == 0 else 0.0)
-        tasks.append(replace(t, time={k: v + extra for k, v in t.time.items()}))
-    timed = TaskGraph.create(tasks, g.edges, name=g.name, batch_size=g.batch_size)
-    return latency(Problem(timed, free_workers(), Objective("latency")), place, order).makespan
-
-
-def receiver_rows(models: list[str], work: Path, args) -> list[str]:
-    """For each model: the preset's split plan run, and its makespan re-timed under each receiver-busy model."""
-    lines = []
-    for model in models:
-        graph = work / f"{model}-1.json"
-        diviml("profile", model, "--platform", "cpu-workers-2", "--min-time", args.min_time, "--out", graph)
-        plan = work / f"{model}.plan.json"
-        diviml("schedule", graph, "--platform", "cpu-workers-2", "--solver", "split", "--time-limit",
-               args.time_limit, "--out", plan)
-        run = diviml("run", model, plan, "--graph", graph, "--platform", "cpu-workers-2", "--compare",
-                     "--repeats", args.repeats, "--warmup", 3)
-        timed = [receiver_busy(graph, plan, r * 1e-6, p * 1e-6) for r in RECEIVE_US for p in PIECE_US]
-        lines.append(f"| {model} | {run['pieces']} | {run['predicted_s'] * 1e3:.3f} | "
-                     + " | ".join(f"{t * 1e3:.3f}" for t in timed)
-                     + f" | {run['measured_s'] * 1e3:.3f} | {run['single_measured_s'] * 1e3:.3f} |")
-        print("  " + lines[-1], flush=True)
-    return lines
-
-
-def receiver_table(lines: list[str], command: str) -> str:
-    heads = [f"busy {r:g} us{f', piece {p:g} us' if p else ''}" for r in RECEIVE_US for p in PIECE_US]
-    return "\n".join([
-        "# A crossing as the receiver's time: split's plans on cpu-workers-2 re-timed", "",
-        f"Command: `{command}`; this shared 2-core machine, one run. Each model's split plan solved on the preset "
-        "(crossings as delays, 37.5 us at each end), run beside the best single worker, then re-timed by the "
-        "simulator with crossings as time the receiving worker spends (busy) and each piece costing its worker "
-        "more (piece). Times in ms.", "",
-        "| model | pieces | predicted (delays) | " + " | ".join(heads) + " | measured | single worker measured |",
-        "|---|---:|---:|" + "---:|" * len(heads) + "---:|---:|", *lines]) + "\n"
 
 
 def table(rows: list[dict], command: str) -> str:
@@ -158,22 +106,16 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--time-limit", type=float, default=10.0, help="split's time limit, seconds")
     ap.add_argument("--min-time", type=float, default=0.2, help="the profile's time per operator, seconds")
-    ap.add_argument("--receiver-busy", action="store_true",
-                    help="re-time the latency plans with crossings as the receiver's time (its own table)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     command = "python benchmarks/runtime_handoff.py" + (" " + " ".join(argv or sys.argv[1:])).rstrip()
-    if args.receiver_busy:
-        models = args.models or list(dict.fromkeys(m for m, objective, _ in CASES if objective == "latency"))
-        with tempfile.TemporaryDirectory() as where:
-            text = receiver_table(receiver_rows(models, Path(where), args), command)
-        print(text)
-        (args.out or RECEIVER_OUT).write_text(text)
-        return 0
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as where:
         work = Path(where)
-        platforms = {"free crossings": workers_without_handoffs(work), "cpu-workers-2": "cpu-workers-2"}
+        delays = work / "handoffs-as-delays.yaml"
+        delays.write_text(yaml.safe_dump(replace(preset("cpu-workers-2"), transfers="overlapped").to_dict()))
+        platforms = {"free crossings": workers_without_handoffs(work), "hand-offs as delays": delays,
+                     "cpu-workers-2": "cpu-workers-2"}
         for model, objective, batch in CASES:
             if args.models and model not in args.models:
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from diviml import Device, Link, Platform, Task, TaskGraph
+from diviml.simulate import latency
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "tarnawski2020"
@@ -76,3 +78,18 @@ def busy_machine():
         for p in burners:
             p.kill()
             p.wait()
+
+
+def brute_force_latency(p) -> float:
+    """Optimal makespan: every placement x every global topological order (device orders follow it)."""
+    g = p.graph
+    devices = {t: p.allowed_devices[t] for t in g.topological_order}
+    orders = [o for o in itertools.permutations(g.topological_order)
+              if all(o.index(a) < o.index(b) for a, b in g.edges)]
+    best = math.inf
+    for combo in itertools.product(*devices.values()):
+        placement = dict(zip(devices, combo))
+        for o in orders:
+            per_device = {d.name: [t for t in o if placement[t] == d.name] for d in p.platform.devices}
+            best = min(best, latency(p, placement, per_device).makespan)
+    return best

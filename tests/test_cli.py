@@ -79,7 +79,12 @@ def test_platforms_and_solvers_are_listed():
     assert "heft" in json.loads(run("solvers", "--json").stdout)["solvers"]
     # what a crossing between the workers costs is part of what a user reads about a preset
     assert [d["handoff_s"] for d in platforms["cpu-workers-2"]["devices"]] == [3.75e-5, 3.75e-5]
-    assert "worker0    host         unlimited    localhost   hand-off 37.5 us in or out" in run("platforms").stdout
+    listed = run("platforms").stdout
+    assert "worker0    host         unlimited    localhost   hand-off 37.5 us in or out" in listed
+    # and so is who spends a transfer: the receiving worker there, no device on the papers' platforms
+    assert platforms["cpu-workers-2"]["transfers"] == "receiver" and platforms["paper-server"]["transfers"] == "overlapped"
+    assert listed.count("transfers: the receiving device spends each one") == sum(
+        p["transfers"] == "receiver" for p in platforms.values())
 
 
 def _write(tmp_path, name, text):

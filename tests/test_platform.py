@@ -122,6 +122,21 @@ def test_the_two_cpu_workers_pay_what_a_crossing_measured_here():
     assert "runtime_crossing" in p.sources["handoff"]
 
 
+def test_who_spends_a_transfer_is_read_written_back_and_checked():
+    workers = {"devices": [{"name": "w0", "type": "host", "host": True}, {"name": "w1", "type": "host", "host": True}]}
+    assert Platform.from_dict(workers).transfers == "overlapped"  # the papers' model unless a file says otherwise
+    receiving = Platform.from_dict({**workers, "transfers": "receiver"})
+    assert receiving.transfers == "receiver" and Platform.from_dict(receiving.to_dict()) == receiving
+    with pytest.raises(InputError, match="'transfers' must be 'overlapped' .* or 'receiver'"):
+        Platform.from_dict({**workers, "transfers": "sender"})
+
+
+def test_the_runtime_presets_have_the_receiver_spend_a_crossing_as_diviml_run_does():
+    assert preset("cpu-workers-2").transfers == preset("localhost").transfers == "receiver"
+    assert "runtime_receiver_busy" in preset("cpu-workers-2").sources["transfers"]
+    assert preset("paper-server").transfers == preset("six-servers").transfers == "overlapped"
+
+
 @pytest.mark.parametrize("name", ["six-servers", "a100-ib-2x8", "paper-server", "localhost", "cpu-workers-2",
                                   "synthetic"])
 def test_transfers_priced_once_per_route_are_every_pairs_transfers(name):

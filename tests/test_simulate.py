@@ -91,3 +91,55 @@ def test_calls_that_would_wait_on_each_other_in_a_cycle_stay_apart():
               [("a1", "b1"), ("b1", "a2")])
     p = Problem(g, _host_and_accelerators(), Objective("call-latency", max_calls=2))
     assert call_blocks(p, {"a1": "A", "b1": "B", "a2": "A"}) == {"A": [["a1"], ["a2"]], "B": [["b1"]]}
+
+
+def _receiving(p: Problem) -> Problem:
+    from dataclasses import replace
+    return Problem(p.graph, replace(p.platform, transfers="receiver"), p.objective)
+
+
+def test_on_a_receiver_platform_the_receiving_device_spends_the_transfer_before_the_job():
+    p = _receiving(_diamond())
+    s = latency(p, {"a": "P1", "b": "P2", "c": "P1", "d": "P1"})
+    job = {j.task: j for j in s.jobs}
+    # b starts as a ends (2) and spends a's 1-byte transfer before its 2 s: [2, 5]; d starts as b ends and
+    # spends b's 2 bytes before its 2 s: [6, 10] (P1 free from 6, after c)
+    assert (job["b"].start, job["b"].receive, job["b"].finish) == (2, 1, 5)
+    assert (job["d"].start, job["d"].receive, job["d"].finish) == (6, 2, 10)
+    assert job["c"].receive == 0 and s.makespan == 10  # overlapped, 9: P2 and P1 computed while values moved
+
+
+def test_a_device_receives_a_value_once_however_many_of_its_jobs_read_it():
+    g = graph({"a": ({"x": 1, "y": 1}, 3), "b": ({"x": 1, "y": 1}, 0), "c": ({"x": 1, "y": 1}, 0)},
+              [("a", "b"), ("a", "c")])
+    p = _receiving(Problem(g, two_device_platform(), Objective("latency")))
+    s = latency(p, {"a": "P1", "b": "P2", "c": "P2"}, order={"P1": ["a"], "P2": ["c", "b"]})
+    job = {j.task: j for j in s.jobs}
+    assert job["c"].receive == 3 and job["b"].receive == 0  # the first reader on P2 pays, in P2's order
+    assert s.makespan == 1 + 3 + 1 + 1
+
+
+def test_a_receiver_schedule_is_never_shorter_than_the_overlapped_one():
+    import random
+
+    from diviml.generators import layered_dag
+    from diviml.platform import preset
+    for seed in range(20):
+        rng = random.Random(seed)
+        problem = Problem(layered_dag(8, seed=seed), preset("paper-server"), Objective("latency"))
+        placement = {t.id: rng.choice(sorted(problem.allowed_devices[t.id])) for t in problem.graph.tasks}
+        overlapped = latency(problem, placement)
+        order = {d: [j.task for j in sorted(overlapped.jobs, key=lambda j: j.start) if j.device == d]
+                 for d in problem.platform.by_name}
+        assert latency(_receiving(problem), placement, order).makespan >= overlapped.makespan * (1 - 1e-12)
+
+
+def test_batch_parts_receive_only_the_rows_they_read_once_per_device():
+    g = graph({"a": ({"x": 1, "y": 1}, 1), "b": ({"x": 1, "y": 1}, 0), "c": ({"x": 1, "y": 1}, 0)},
+              [("a", "b"), ("a", "c")])
+    p = _receiving(Problem(g, two_device_platform(), Objective("batch", batch_size=8)))
+    # a all on P1 (8 s; a byte a sample); b's two halves and c's first half on P2
+    s = schedule(p, {"a": [("P1", 8)], "b": [("P2", 4), ("P2", 4)], "c": [("P2", 4), ("P1", 4)]},
+                 order={"P1": [("a", 0), ("c", 1)], "P2": [("b", 0), ("b", 1), ("c", 0)]})
+    got = {(j.task, j.offset): j.receive for j in s.jobs}
+    assert got == {("a", 0): 0, ("b", 0): 4, ("b", 4): 4, ("c", 0): 0, ("c", 4): 0}  # c's rows 0-3: on P2 already

@@ -120,3 +120,41 @@ def test_a_task_that_must_run_on_the_whole_batch_cut_into_sub_batches_is_caught(
     marked = [replace(t, whole_batch=t.id == "b") for t in p.graph.tasks]
     whole = Problem(diviml.TaskGraph.create(marked, p.graph.edges), p.platform, p.objective)
     assert any("'b' must run on the whole batch" in v for v in validate(plan, whole).violations)
+
+
+def _receiving(p: Problem) -> Problem:
+    return Problem(p.graph, replace(p.platform, transfers="receiver"), p.objective)
+
+
+def test_on_a_receiver_platform_a_job_spends_its_receives_and_waits_only_for_its_producers():
+    from diviml.solvers.engines.plans import Stopwatch, make_plan
+    p = _receiving(_problem())
+    plan = make_plan(p, placement={"a": "P1", "b": "P2", "c": "P1", "d": "P1"}, solver="hand", status="feasible",
+                     watch=Stopwatch(1))
+    assert validate(plan, p).ok and plan.objective == 10  # b over [2, 5] after 1 s receiving, d over [6, 10]
+    # the overlapped model's starts (b at 3, d at 7) are a valid plan there and end at 9; here d ends at 11
+    overlapped = make_plan(_problem(), placement={"a": "P1", "b": "P2", "c": "P1", "d": "P1"}, solver="hand",
+                           status="feasible", watch=Stopwatch(1))
+    report = validate(overlapped, p)
+    assert not report.ok and report.objective == 11
+    # starting d before b's receive ends (P1 is free at 6; b ends at 5, b's 2 bytes then take 2 s) is caught
+    assert not validate(_with(plan, "d", start=4.0), p).ok
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_validator_times_a_receiver_plan_as_the_simulator_does(seed):
+    import random
+
+    from diviml.generators import layered_dag
+    from diviml.solvers.engines.plans import Stopwatch, make_plan
+    rng = random.Random(seed)
+    problem = _receiving(Problem(layered_dag(12, seed=seed), diviml.preset("paper-server"),
+                                 Objective("batch", batch_size=4) if seed % 2 else Objective("latency")))
+    n = problem.batch_size
+    parts = {}
+    for t in problem.graph.tasks:
+        devices = sorted(problem.allowed_devices[t.id])
+        cut = rng.randint(1, n - 1) if n > 1 and rng.random() < 0.5 else n
+        parts[t.id] = [(rng.choice(devices), cut)] + ([(rng.choice(devices), n - cut)] if cut < n else [])
+    plan = make_plan(problem, parts, solver="random", status="feasible", watch=Stopwatch(1))  # validates it
+    assert validate(plan, problem).objective == pytest.approx(plan.objective, rel=1e-12)

@@ -13,6 +13,17 @@ Transfer model (one place, used by every solver through :mod:`diviml.simulate`):
   by reference, but the receiver must be woken and take the interpreter back: ``cpu-workers-2``).
 
 A tensor sent to several consumers on one device is sent once.
+
+What a transfer occupies (the platform's ``transfers``):
+
+- ``overlapped`` (the default; the DiviML and NeurIPS 2020 papers' model): a transfer delays its consumer
+  and occupies no device, so devices compute while values move;
+- ``receiver``: the receiving device spends the transfer's time itself, just before the first of its jobs
+  that reads the value, and the consumer waits only for its producer to finish. That is how ``diviml run``
+  runs a plan (a worker copies or takes over each input before its piece), measured on ``cpu-workers-2``
+  (``benchmarks/results/runtime_receiver_busy.md``). A schedule costs at least as much so as overlapped, so
+  every bound of the overlapped model holds; the solvers search the overlapped model and the simulator
+  times their plans this way (:mod:`diviml.simulate`).
 """
 
 from __future__ import annotations
@@ -66,6 +77,7 @@ class Platform:
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
     device_specs: Mapping[str, DeviceSpec] = field(default_factory=dict)  # types the file describes
+    transfers: str = "overlapped"  # or "receiver": what a transfer occupies (module docstring)
 
     def spec_of(self, device_type: str) -> DeviceSpec | None:
         """The roofline spec of a device type: the platform file's own description, else the catalogue's."""
@@ -163,6 +175,8 @@ class Platform:
                 e["handoff"] = d.handoff
             devs.append(e)
         out = {"name": self.name, "description": self.description, "devices": devs}
+        if self.transfers != "overlapped":
+            out["transfers"] = self.transfers
         if self.peer_links:
             out["peer_links"] = [{"between": sorted(k), **link(v)} for k, v in self.peer_links.items()]
         if self.network:
@@ -217,7 +231,8 @@ class Platform:
                              "memory_bandwidth")
         specs = {str(name): device_spec(str(name), entry, origin) for name, entry in described.items()}
         platform = Platform(tuple(devices), str(data.get("name", origin)), peer, network, groups,
-                            str(data.get("description", "")), {str(k): str(v) for k, v in sources.items()}, specs)
+                            str(data.get("description", "")), {str(k): str(v) for k, v in sources.items()}, specs,
+                            _transfers(data.get("transfers", "overlapped"), origin))
         platform.check(origin)
         return platform
 
@@ -266,7 +281,9 @@ class Platform:
             return Platform.from_dict(data, origin=str(path))
 
 
-PLATFORM_FIELDS = ("name", "description", "devices", "peer_links", "network", "groups", "sources", "device_types")
+PLATFORM_FIELDS = ("name", "description", "devices", "peer_links", "network", "groups", "sources", "device_types",
+                   "transfers")
+TRANSFERS = ("overlapped", "receiver")
 DEVICE_FIELDS = ("name", "type", "count", "host", "memory", "server", "link", "threads", "handoff")
 LINK_FIELDS = ("bandwidth", "latency")
 
@@ -293,6 +310,13 @@ def _handoff(v, name: str) -> float:
         raise InputError(f"handoff of {name} must be a number of seconds >= 0 (a value's hand-off to or from its "
                          f"worker, e.g. 3e-5), got {v!r}")
     return seconds
+
+
+def _transfers(v, origin: str) -> str:
+    if v not in TRANSFERS:
+        raise InputError(f"{origin}: 'transfers' must be 'overlapped' (a transfer delays its consumer, no device "
+                         f"busy) or 'receiver' (the receiving device spends it), got {v!r}")
+    return v
 
 
 def _peer_links(entries, origin: str) -> dict[frozenset, Link]:
@@ -359,6 +383,8 @@ def localhost() -> Platform:
     devices = tuple(Device(f"cpu{i}", "host", float(memory), "localhost", True, handoff=handoff) for i in range(cores))
     return Platform(devices, "localhost", description=f"this machine: {cores} CPU cores as devices of type "
                     "'host', sharing host memory (each core's capacity is the whole RAM; a tensor handed over "
-                    "by reference, each end paying a worker's hand-off)",
+                    "by reference, each end paying a worker's hand-off, which the receiver spends)",
                     sources={"cores, memory": "read from this machine (sched_getaffinity, sysconf)",
-                             "handoff": f"cpu-workers-2's: {workers.sources.get('handoff', '')}"})
+                             "handoff": f"cpu-workers-2's: {workers.sources.get('handoff', '')}",
+                             "transfers": f"cpu-workers-2's: {workers.sources.get('transfers', '')}"},
+                    transfers=workers.transfers)

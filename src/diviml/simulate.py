@@ -8,6 +8,12 @@
 
 Batch splits: a task's parts cover consecutive sample ranges in the order listed; a part needs, from
 each producer part, only the rows it overlaps, so identically split tasks pass rows straight through.
+
+Transfers (:mod:`diviml.platform`): on an ``overlapped`` platform a job starts once each input has arrived
+(its producer's finish plus the transfer); on a ``receiver`` platform it starts once each producer has
+finished and its device is free, and spends the transfers of the inputs its device does not hold yet
+(``Job.receive``) before computing: a device receives the same rows of a producer's part once, for the
+first of its jobs that reads them.
 """
 
 from __future__ import annotations
@@ -32,6 +38,12 @@ class Job:
     offset: int = 0  # first sample of this part
     start: float = 0.0
     finish: float = 0.0
+    received: tuple[tuple[str, str, float], ...] = ()  # ('receiver' transfers) (producer, its device, seconds)
+
+    @property
+    def receive(self) -> float:
+        """Of [start, finish), the time spent receiving inputs before computing."""
+        return sum(seconds for _, _, seconds in self.received)
 
 
 @dataclass(frozen=True)
@@ -68,14 +80,26 @@ def _overlapping(parts: Sequence[tuple[str, int]], offsets: Sequence[int], lo: i
 
 
 def _ready_time(problem: Problem, task: str, device: str, lo: int, hi: int, parts: Parts,
-                offsets: Mapping[str, Sequence[int]], finish: Mapping[tuple[str, int], float]) -> float:
-    """When rows [lo, hi) of every input of ``task`` are on ``device``."""
+                offsets: Mapping[str, Sequence[int]], finish: Mapping[tuple[str, int], float],
+                held: set) -> tuple[float, list[tuple[str, str, float]]]:
+    """When the job of rows [lo, hi) of ``task`` on ``device`` may start, and what it receives first: overlapped
+    transfers delay it (nothing to receive); on a 'receiver' platform it waits for its producers and receives
+    the rows its device does not hold yet (``held``: what the device received, updated)."""
     graph = problem.graph
-    ready = 0.0
+    receiving = problem.platform.transfers == "receiver"
+    ready, received = 0.0, []
     for u in graph.predecessors[task]:
         for k, dev, overlap in _overlapping(parts[u], offsets[u], lo, hi):
-            ready = max(ready, finish[(u, k)] + problem.transfer(u, dev, device, overlap / graph.batch_size))
-    return ready
+            hop = problem.transfer(u, dev, device, overlap / graph.batch_size)
+            if not receiving:
+                ready = max(ready, finish[(u, k)] + hop)
+                continue
+            ready = max(ready, finish[(u, k)])
+            rows = (u, k, device, max(lo, offsets[u][k]), overlap)
+            if hop > 0 and rows not in held:
+                held.add(rows)
+                received.append((u, dev, hop))
+    return ready, received
 
 
 def _inputs(graph, parts: Parts, offsets: Mapping[str, Sequence[int]], task: str, lo: int,
@@ -110,6 +134,7 @@ def schedule(problem: Problem, parts: Parts, order: Mapping[str, Sequence[tuple[
     finish: dict[tuple[str, int], float] = {}
     jobs: list[Job] = []
     free = {d: 0.0 for d in order}
+    held: set = set()  # rows of producer parts each device has received ('receiver' transfers)
     heads = {d: 0 for d in order}
     remaining = sum(len(v) for v in order.values())
     listed = sorted(key for seq in order.values() for key in seq)
@@ -127,11 +152,12 @@ def schedule(problem: Problem, parts: Parts, order: Mapping[str, Sequence[tuple[
                     break
                 if device != dev:
                     raise ValidationError(f"part {k} of task {task!r} is placed on {device!r} but ordered on {dev!r}")
-                start = max(free[dev], _ready_time(problem, task, dev, off, off + b, parts, offsets, finish))
-                end = start + problem.time(task, dev, b)
+                ready, received = _ready_time(problem, task, dev, off, off + b, parts, offsets, finish, held)
+                start = max(free[dev], ready)
+                end = start + sum(seconds for _, _, seconds in received) + problem.time(task, dev, b)
                 finish[(task, k)] = end
                 free[dev] = end
-                jobs.append(Job(task, dev, b, off, start, end))
+                jobs.append(Job(task, dev, b, off, start, end, tuple(received)))
                 heads[dev] += 1
                 remaining -= 1
                 progressed = True

@@ -137,26 +137,42 @@ def check(plan: Plan, problem: Problem) -> None:
 
 
 def _check_schedule(plan: Plan, problem: Problem, v: list[str]) -> float | None:
-    """Check start times (precedence + transfers, one job at a time per device); return the makespan."""
+    """Check start times (precedence + transfers, one job at a time per device); return the makespan. On a
+    'receiver' platform a job's device spends the transfers of the rows it does not hold yet before the job
+    computes (the first job on it by start time to read them), and the job waits only for its producers."""
     graph, platform = problem.graph, problem.platform
     if any(a.start is None for a in plan.assignments):
         v.append("a latency/batch plan needs a start time for every task part")
         return None
-    jobs: dict[str, list[tuple[str, int, int, float, float]]] = {}  # task -> (dev, lo, hi, start, finish)
-    for a in plan.assignments:
+    jobs: dict[str, list[list]] = {}  # task -> [dev, lo, hi, start, finish]
+    listed: list[tuple[float, int, str, list]] = []  # (start, position in the plan, task, job)
+    for i, a in enumerate(plan.assignments):
         b = a.batch or plan.batch_size
         lo = jobs[a.task][-1][2] if a.task in jobs else 0  # a task's parts take the batch's rows in turn
-        finish = a.start + problem.time(a.task, a.device, b)
         if a.start < -ABS_TOL:
             v.append(f"task {a.task!r} starts before time 0")
-        jobs.setdefault(a.task, []).append((a.device, lo, lo + b, a.start, finish))
+        job = [a.device, lo, lo + b, a.start, a.start + problem.time(a.task, a.device, b)]
+        jobs.setdefault(a.task, []).append(job)
+        listed.append((a.start, i, a.task, job))
+    receiving = platform.transfers == "receiver"
+    if receiving:
+        held: set = set()
+        for _, _, t, job in sorted(listed, key=lambda x: x[:2]):
+            for u in graph.predecessors[t]:
+                for _, ujob, overlap in _sharing_rows([job], jobs[u]):
+                    rows = (u, ujob[1], job[0], max(job[1], ujob[1]), overlap)
+                    hop = platform.transfer_time(graph.by_id[u], ujob[0], job[0], overlap / graph.batch_size)
+                    if hop > 0 and rows not in held:
+                        held.add(rows)
+                        job[4] += hop
     for t in graph.tasks:
         for u in graph.predecessors[t.id]:
             for (dev, _, _, start, _), (udev, _, _, _, ufinish), overlap in _sharing_rows(jobs[t.id], jobs[u]):
-                arrival = ufinish + platform.transfer_time(graph.by_id[u], udev, dev, overlap / graph.batch_size)
+                arrival = ufinish if receiving else \
+                    ufinish + platform.transfer_time(graph.by_id[u], udev, dev, overlap / graph.batch_size)
                 if not _close_or_below(arrival, start):
                     v.append(f"task {t.id!r} on {dev} starts at {start:.9g} before its input from {u!r} "
-                             f"arrives at {arrival:.9g}")
+                             f"{'is made' if receiving else 'arrives'} at {arrival:.9g}")
     per_device: dict[str, list[tuple[float, float, str]]] = {}
     for t, js in jobs.items():
         for dev, _, _, start, finish in js:

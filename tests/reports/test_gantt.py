@@ -156,3 +156,23 @@ def test_a_clusters_picture_renders_as_png_and_svg_with_its_servers_named(tmp_pa
         svg = render(plan, p, tmp_path / "plan.svg")
         svg = svg.decode() if isinstance(svg, bytes) else svg
         assert "server s1" in svg and "GB of 40 GB" in svg
+
+
+def test_where_the_receiver_spends_transfers_a_bar_holds_them_and_each_is_drawn_inside_it():
+    from diviml.reports.timeline import bars_and_transfers
+    from diviml.solvers.engines.plans import Stopwatch, make_plan
+    tasks = [Task("a", {"host": 1.0}, output_bytes=1.0), Task("b", {"host": 2.0}, output_bytes=1.0),
+             Task("c", {"host": 1.0}, output_bytes=1.0), Task("d", {"host": 1.0})]
+    graph = TaskGraph.create(tasks, [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+    platform = diviml.Platform.from_dict({"transfers": "receiver", "devices": [
+        {"name": f"w{i}", "type": "host", "host": True, "handoff": 0.25} for i in range(2)]})
+    problem = Problem(graph, platform, Objective("latency"))
+    plan = make_plan(problem, placement={"a": "w0", "b": "w0", "c": "w1", "d": "w1"}, solver="hand",
+                     status="feasible", watch=Stopwatch(1))
+    bars, transfers = bars_and_transfers(plan, problem)
+    bar = {b.task: b for b in bars}
+    # w1 receives a's value (0.5 s) before c: [1, 2.5]; then b's before d: b ends at 3, d over [3, 4.5]
+    assert (bar["c"].start, bar["c"].finish) == (1.0, 2.5) and (bar["d"].start, bar["d"].finish) == (3.0, 4.5)
+    assert [(t.task, t.dst, t.start, t.finish) for t in transfers] == [("a", "w1", 1.0, 1.5), ("b", "w1", 3.0, 3.5)]
+    assert max(b.finish for b in bars) == plan.objective == 4.5
+    assert bar["d"].critical and bar["b"].critical

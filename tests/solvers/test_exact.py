@@ -1,34 +1,16 @@
 """Exact latency/batch scheduling: CP-SAT (`exact`) and the MILP (`milp`) against brute force and each other."""
 
-import itertools
-import math
 from dataclasses import replace
 
 import pytest
-from conftest import graph, two_device_platform
+from conftest import brute_force_latency, graph, two_device_platform
 
 import diviml
 from diviml import InfeasibleError, Objective, Problem
 from diviml.generators import benchmark_device_types, benchmark_platform, layered_dag
-from diviml.simulate import latency
 from diviml.solvers.engines.jobs import batch_splits
 from diviml.solvers.search import promising_splits
 from diviml.validate import validate
-
-
-def brute_force_latency(p: Problem) -> float:
-    """Optimal makespan: every placement x every global topological order (device orders follow it)."""
-    g = p.graph
-    devices = {t: p.allowed_devices[t] for t in g.topological_order}
-    orders = [o for o in itertools.permutations(g.topological_order)
-              if all(o.index(a) < o.index(b) for a, b in g.edges)]
-    best = math.inf
-    for combo in itertools.product(*devices.values()):
-        placement = dict(zip(devices, combo))
-        for o in orders:
-            per_device = {d.name: [t for t in o if placement[t] == d.name] for d in p.platform.devices}
-            best = min(best, latency(p, placement, per_device).makespan)
-    return best
 
 
 @pytest.mark.parametrize("seed", range(5))

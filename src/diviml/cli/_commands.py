@@ -344,7 +344,7 @@ def cmd_platforms(args) -> dict:
                      "devices": [{"name": d.name, "type": d.type, "server": d.server,
                                   "memory_bytes": d.memory_bytes if d.memory_bytes != float("inf") else None,
                                   "handoff_s": d.handoff}
-                                 for d in p.devices], "sources": dict(p.sources)}
+                                 for d in p.devices], "transfers": p.transfers, "sources": dict(p.sources)}
     return {"platforms": out}
 
 

@@ -17,6 +17,8 @@ def _print_platforms(out: dict) -> None:
             mem = "unlimited" if d["memory_bytes"] is None else f"{d['memory_bytes']:.3g} B"
             handoff = f"   hand-off {d['handoff_s'] * 1e6:g} us in or out" if d["handoff_s"] else ""
             print(f"    {d['name']:<10} {d['type']:<12} {mem:<12} {d['server']}{handoff}")
+        if p["transfers"] == "receiver":
+            print("    transfers: the receiving device spends each one before the job that reads it")
 
 
 def _print_solvers(out: dict) -> None:

@@ -4,7 +4,7 @@ a pixel merged, and the colours (by sub-batch or by module). The pictures of :mo
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..plan import Plan
 from ..problem import Problem
@@ -151,6 +151,8 @@ def bars_and_transfers(plan: Plan, problem: Problem) -> tuple[list[Bar], list[Tr
         rows_of[a.task] = job.offset + b
         jobs.append(job)
         by_task.setdefault(a.task, []).append(job)
+    if problem.platform.transfers == "receiver":  # the receiver spends each transfer before the job computes
+        return _received(problem, jobs, by_task)
     critical = critical_path(problem, jobs, by_task)
     bars = [Bar(j.device, j.task, j.start, j.finish, j.batch, id(j) in critical, j.part, graph.by_id[j.task].module or "")
             for j in jobs]
@@ -168,6 +170,33 @@ def bars_and_transfers(plan: Plan, problem: Problem) -> tuple[list[Bar], list[Tr
                     dt = problem.transfer(u, j.device, dst, len(rows[dst]) / graph.batch_size)
                     if dt > 0:
                         transfers.append(Transfer(u, j.device, dst, j.finish, j.finish + dt))
+    return bars, transfers
+
+
+def _received(problem: Problem, jobs: list[_Job], by_task: dict[str, list[_Job]]) -> tuple[list[Bar], list[Transfer]]:
+    """Bars and transfers on a 'receiver' platform, as the simulator times the plan's device order: each job's
+    bar from its start to the end of its compute, its device receiving its inputs first, one after another."""
+    from ..simulate import schedule
+    graph = problem.graph
+    parts = {t: [(j.device, j.batch) for j in js] for t, js in by_task.items()}
+    order: dict[str, list[tuple[str, int]]] = {d.name: [] for d in problem.platform.devices}
+    for k in sorted(range(len(jobs)), key=lambda k: (jobs[k].start, k)):
+        order[jobs[k].device].append((jobs[k].task, jobs[k].part))
+    timed = {(j.task, j.offset): j for j in schedule(problem, parts, order).jobs}
+    fitted, transfers = [], []
+    for j in jobs:
+        sim = timed[j.task, j.offset]
+        at = sim.start
+        for u, src, seconds in sim.received:
+            transfers.append(Transfer(u, src, j.device, at, at + seconds))
+            at += seconds
+        fitted.append(replace(j, start=sim.start, finish=sim.finish))
+    by_fitted: dict[str, list[_Job]] = {}
+    for j in fitted:
+        by_fitted.setdefault(j.task, []).append(j)
+    critical = critical_path(problem, fitted, by_fitted)
+    bars = [Bar(j.device, j.task, j.start, j.finish, j.batch, id(j) in critical, j.part, graph.by_id[j.task].module or "")
+            for j in fitted]
     return bars, transfers
 
 
@@ -195,6 +224,7 @@ def critical_path(problem: Problem, jobs: list[_Job], by_task: dict[str, list[_J
     finishes = {d: [j.finish for j in js] for d, js in per_device.items()}
     current = max(jobs, key=lambda j: j.finish)
     visited = {id(current)}
+    receiving = problem.platform.transfers == "receiver"  # an input binds as its producer finishes
     while current.start > TOL:
         lo, hi = current.offset, current.offset + current.batch
         close = 1e-9 * max(1.0, current.start)
@@ -202,9 +232,8 @@ def critical_path(problem: Problem, jobs: list[_Job], by_task: dict[str, list[_J
         for u in graph.predecessors[current.task]:
             for j in by_task[u]:
                 overlap = min(hi, j.offset + j.batch) - max(lo, j.offset)
-                if overlap > 0 and id(j) not in visited and abs(
-                        j.finish + problem.transfer(u, j.device, current.device, overlap / graph.batch_size)
-                        - current.start) <= close:
+                delay = 0.0 if receiving else problem.transfer(u, j.device, current.device, overlap / graph.batch_size)
+                if overlap > 0 and id(j) not in visited and abs(j.finish + delay - current.start) <= close:
                     nxt = j
         if nxt is None:  # the job before it on its device, finishing as it starts
             mine, ends = per_device[current.device], finishes[current.device]

@@ -233,7 +233,7 @@ def _on_one_clock(torch, world: int, t0s: list, runs: list, notes: list) -> tupl
 
 
 def _predicted(problem, plan: Plan, order: dict, notes: list) -> tuple[float, dict | None]:
-    """The predicted time and each job's predicted span: the plan's device order re-timed on the given graph
+    """The predicted time and each job's predicted compute span: the plan's device order re-timed on the given graph
     (it may be a calibrated one), or the plan's own objective without one. A pipeline plan's time is its
     largest device load on that graph; its spans are those of one request alone in the run's order."""
     if problem is None:
@@ -241,7 +241,9 @@ def _predicted(problem, plan: Plan, order: dict, notes: list) -> tuple[float, di
     from ..simulate import pipeline_loads, schedule
     timed = schedule(problem, plan.parts, order)
     part = {(t, off): k for t, p in plan.parts.items() for k, off in enumerate(sample_offsets([b for _, b in p]))}
-    spans = {job_id(j.task, part[j.task, j.offset], plan.parts): (j.start, j.finish) for j in timed.jobs}
+    # a job's span from when it computes: a piece is timed from its call, after its worker took its inputs over
+    # (what a 'receiver' platform has the job spend first; a piece reads other devices' values only at its start)
+    spans = {job_id(j.task, part[j.task, j.offset], plan.parts): (j.start + j.receive, j.finish) for j in timed.jobs}
     predicted = pipeline_loads(problem, plan.placement).objective if plan.objective_kind == "pipeline" \
         else timed.makespan
     if abs(predicted - plan.objective) > 1e-9 * max(plan.objective, 1e-12):
