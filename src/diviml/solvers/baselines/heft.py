@@ -1,7 +1,9 @@
 """Baseline: HEFT (Topcuoglu, Hariri and Wu, 2002), memory-aware and co-location-aware.
 
 Jobs in decreasing upward rank (mean time over allowed devices plus mean transfer over distinct device
-pairs), each to the device of earliest finish time, inserted into the earliest idle gap that fits.
+pairs), each to the device of earliest finish time, inserted into the earliest idle gap that fits; where the
+platform's receiver spends transfers (``transfers: receiver``), a job's time on a device includes those of its
+inputs from elsewhere, which then do not delay it.
 For the ``batch`` objective every task runs the whole batch on one device (no data parallelism); the
 exact solver also runs HEFT on a batch split into sub-batches (see :mod:`.jobs`) for its hint.
 """
@@ -56,6 +58,7 @@ def heft_schedule(jobs: JobGraph) -> tuple[dict[JobKey, str], dict[JobKey, float
     placement: dict[JobKey, str] = {}
     start: dict[JobKey, float] = {}
     finish: dict[JobKey, float] = {}
+    receiving = platform.transfers == "receiver"
     for j in sorted(jobs.jobs, key=lambda j: (-rank[j], position[j])):
         task = graph.by_id[j[0]]
         group = task.colocation if task.colocation in groups else None
@@ -74,8 +77,13 @@ def heft_schedule(jobs: JobGraph) -> tuple[dict[JobKey, str], dict[JobKey, float
                                   "or raise the memory limit")
         best = None
         for d in options:
-            ready = max([jobs.released(j, d)] + [finish[u] + jobs.transfer(u, placement[u], d) for u in jobs.preds(j)])
-            duration = jobs.duration(j, d)
+            hops = [jobs.transfer(u, placement[u], d) for u in jobs.preds(j)]
+            if receiving:  # the device spends its inputs' transfers before the job: a longer job, no delay
+                ready = max([jobs.released(j, d)] + [finish[u] for u in jobs.preds(j)])
+                duration = jobs.duration(j, d) + math.fsum(hops)
+            else:
+                ready = max([jobs.released(j, d)] + [finish[u] + hop for u, hop in zip(jobs.preds(j), hops)])
+                duration = jobs.duration(j, d)
             est = earliest_gap(busy[d], ready, duration)
             if best is None or est + duration < best[0] - 1e-12:
                 best = (est + duration, est, d)
