@@ -273,7 +273,7 @@ def exact_search(problem: Problem, name: str, engine: Engine, *, time_limit: flo
             break
         out = engine(jobs, upper, budget, best)
         statuses.append(out.status)
-        whole = _whole_task_bound(out, upper) if not latency and len(sizes) == 1 else whole
+        whole = _whole_task_bound(out, upper, problem) if not latency and len(sizes) == 1 else whole
         extra = dict(out.stats or {})
         if latency:
             bound, source = better_bound((bound, source), (out.bound, extra.pop("bound_source", engine_bound)))
@@ -319,13 +319,14 @@ def _plan_of(jobs: JobGraph, out: Outcome, name: str, watch: Stopwatch, stats: d
     return plan
 
 
-def _whole_task_bound(out: Outcome, upper: float) -> tuple[float, bool] | None:
+def _whole_task_bound(out: Outcome, upper: float, problem: Problem) -> tuple[float, bool] | None:
     """A batch's whole-batch model's bound, which bounds every plan that runs each task whole, and whether it is
-    that model's optimum; None where the engine proved nothing. An infeasible model has no plan within its
-    horizon, the upper bound it was given."""
+    their optimum (that model's, on a platform whose transfers it models: not where the receiver spends them);
+    None where the engine proved nothing. An infeasible model has no plan within its horizon, the upper bound it
+    was given."""
     if out.status == "unknown" or out.bound <= 0:
         return None
-    return min(out.bound, upper), out.status == "optimal"
+    return min(out.bound, upper), out.status == "optimal" and problem.platform.transfers == "overlapped"
 
 
 def whole_batch_notes(problem: Problem) -> list[str]:
