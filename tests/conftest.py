@@ -80,6 +80,14 @@ def busy_machine():
             p.wait()
 
 
+def receiving(problem):
+    """``problem`` on its platform with ``transfers: receiver``: the receiving device spends each transfer."""
+    from dataclasses import replace
+
+    from diviml import Problem
+    return Problem(problem.graph, replace(problem.platform, transfers="receiver"), problem.objective)
+
+
 def brute_force_latency(p) -> float:
     """Optimal makespan: every placement x every global topological order (device orders follow it)."""
     g = p.graph

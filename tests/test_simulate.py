@@ -1,5 +1,5 @@
 import pytest
-from conftest import graph, two_device_platform
+from conftest import graph, receiving, two_device_platform
 
 from diviml import Objective, Problem, ValidationError
 from diviml.simulate import latency, pipeline_loads, schedule
@@ -93,13 +93,8 @@ def test_calls_that_would_wait_on_each_other_in_a_cycle_stay_apart():
     assert call_blocks(p, {"a1": "A", "b1": "B", "a2": "A"}) == {"A": [["a1"], ["a2"]], "B": [["b1"]]}
 
 
-def _receiving(p: Problem) -> Problem:
-    from dataclasses import replace
-    return Problem(p.graph, replace(p.platform, transfers="receiver"), p.objective)
-
-
 def test_on_a_receiver_platform_the_receiving_device_spends_the_transfer_before_the_job():
-    p = _receiving(_diamond())
+    p = receiving(_diamond())
     s = latency(p, {"a": "P1", "b": "P2", "c": "P1", "d": "P1"})
     job = {j.task: j for j in s.jobs}
     # b starts as a ends (2) and spends a's 1-byte transfer before its 2 s: [2, 5]; d starts as b ends and
@@ -112,7 +107,7 @@ def test_on_a_receiver_platform_the_receiving_device_spends_the_transfer_before_
 def test_a_device_receives_a_value_once_however_many_of_its_jobs_read_it():
     g = graph({"a": ({"x": 1, "y": 1}, 3), "b": ({"x": 1, "y": 1}, 0), "c": ({"x": 1, "y": 1}, 0)},
               [("a", "b"), ("a", "c")])
-    p = _receiving(Problem(g, two_device_platform(), Objective("latency")))
+    p = receiving(Problem(g, two_device_platform(), Objective("latency")))
     s = latency(p, {"a": "P1", "b": "P2", "c": "P2"}, order={"P1": ["a"], "P2": ["c", "b"]})
     job = {j.task: j for j in s.jobs}
     assert job["c"].receive == 3 and job["b"].receive == 0  # the first reader on P2 pays, in P2's order
@@ -131,13 +126,13 @@ def test_a_receiver_schedule_is_never_shorter_than_the_overlapped_one():
         overlapped = latency(problem, placement)
         order = {d: [j.task for j in sorted(overlapped.jobs, key=lambda j: j.start) if j.device == d]
                  for d in problem.platform.by_name}
-        assert latency(_receiving(problem), placement, order).makespan >= overlapped.makespan * (1 - 1e-12)
+        assert latency(receiving(problem), placement, order).makespan >= overlapped.makespan * (1 - 1e-12)
 
 
 def test_batch_parts_receive_only_the_rows_they_read_once_per_device():
     g = graph({"a": ({"x": 1, "y": 1}, 1), "b": ({"x": 1, "y": 1}, 0), "c": ({"x": 1, "y": 1}, 0)},
               [("a", "b"), ("a", "c")])
-    p = _receiving(Problem(g, two_device_platform(), Objective("batch", batch_size=8)))
+    p = receiving(Problem(g, two_device_platform(), Objective("batch", batch_size=8)))
     # a all on P1 (8 s; a byte a sample); b's two halves and c's first half on P2
     s = schedule(p, {"a": [("P1", 8)], "b": [("P2", 4), ("P2", 4)], "c": [("P2", 4), ("P1", 4)]},
                  order={"P1": [("a", 0), ("c", 1)], "P2": [("b", 0), ("b", 1), ("c", 0)]})

@@ -1,7 +1,7 @@
 from dataclasses import replace
 
 import pytest
-from conftest import graph, two_device_platform
+from conftest import graph, receiving, two_device_platform
 
 import diviml
 from diviml import Assignment, Objective, Problem, ValidationError
@@ -122,13 +122,9 @@ def test_a_task_that_must_run_on_the_whole_batch_cut_into_sub_batches_is_caught(
     assert any("'b' must run on the whole batch" in v for v in validate(plan, whole).violations)
 
 
-def _receiving(p: Problem) -> Problem:
-    return Problem(p.graph, replace(p.platform, transfers="receiver"), p.objective)
-
-
 def test_on_a_receiver_platform_a_job_spends_its_receives_and_waits_only_for_its_producers():
     from diviml.solvers.engines.plans import Stopwatch, make_plan
-    p = _receiving(_problem())
+    p = receiving(_problem())
     plan = make_plan(p, placement={"a": "P1", "b": "P2", "c": "P1", "d": "P1"}, solver="hand", status="feasible",
                      watch=Stopwatch(1))
     assert validate(plan, p).ok and plan.objective == 10  # b over [2, 5] after 1 s receiving, d over [6, 10]
@@ -148,7 +144,7 @@ def test_the_validator_times_a_receiver_plan_as_the_simulator_does(seed):
     from diviml.generators import layered_dag
     from diviml.solvers.engines.plans import Stopwatch, make_plan
     rng = random.Random(seed)
-    problem = _receiving(Problem(layered_dag(12, seed=seed), diviml.preset("paper-server"),
+    problem = receiving(Problem(layered_dag(12, seed=seed), diviml.preset("paper-server"),
                                  Objective("batch", batch_size=4) if seed % 2 else Objective("latency")))
     n = problem.batch_size
     parts = {}

@@ -152,10 +152,18 @@ def bars_and_transfers(plan: Plan, problem: Problem) -> tuple[list[Bar], list[Tr
         jobs.append(job)
         by_task.setdefault(a.task, []).append(job)
     if problem.platform.transfers == "receiver":  # the receiver spends each transfer before the job computes
-        return _received(problem, jobs, by_task)
+        jobs, by_task, transfers = _received(problem, jobs, by_task)
+    else:
+        transfers = _overlapped(problem, by_task)
     critical = critical_path(problem, jobs, by_task)
     bars = [Bar(j.device, j.task, j.start, j.finish, j.batch, id(j) in critical, j.part, graph.by_id[j.task].module or "")
             for j in jobs]
+    return bars, transfers
+
+
+def _overlapped(problem: Problem, by_task: dict[str, list[_Job]]) -> list[Transfer]:
+    """Each producer part's transfers, from its finish: to each other device, the rows of it read there."""
+    graph = problem.graph
     transfers = []
     for u in graph.topological_order:
         for j in by_task[u]:
@@ -170,20 +178,21 @@ def bars_and_transfers(plan: Plan, problem: Problem) -> tuple[list[Bar], list[Tr
                     dt = problem.transfer(u, j.device, dst, len(rows[dst]) / graph.batch_size)
                     if dt > 0:
                         transfers.append(Transfer(u, j.device, dst, j.finish, j.finish + dt))
-    return bars, transfers
+    return transfers
 
 
-def _received(problem: Problem, jobs: list[_Job], by_task: dict[str, list[_Job]]) -> tuple[list[Bar], list[Transfer]]:
-    """Bars and transfers on a 'receiver' platform, as the simulator times the plan's device order: each job's
-    bar from its start to the end of its compute, its device receiving its inputs first, one after another."""
+def _received(problem: Problem, jobs: list[_Job], by_task: dict[str, list[_Job]]
+              ) -> tuple[list[_Job], dict[str, list[_Job]], list[Transfer]]:
+    """On a 'receiver' platform, the jobs as the simulator times the plan's device order (each from its start to
+    the end of its compute, its device receiving its inputs first) and the receives, one after another."""
     from ..simulate import schedule
-    graph = problem.graph
     parts = {t: [(j.device, j.batch) for j in js] for t, js in by_task.items()}
     order: dict[str, list[tuple[str, int]]] = {d.name: [] for d in problem.platform.devices}
     for k in sorted(range(len(jobs)), key=lambda k: (jobs[k].start, k)):
         order[jobs[k].device].append((jobs[k].task, jobs[k].part))
     timed = {(j.task, j.offset): j for j in schedule(problem, parts, order).jobs}
     fitted, transfers = [], []
+    fitted_by_task: dict[str, list[_Job]] = {}
     for j in jobs:
         sim = timed[j.task, j.offset]
         at = sim.start
@@ -191,13 +200,8 @@ def _received(problem: Problem, jobs: list[_Job], by_task: dict[str, list[_Job]]
             transfers.append(Transfer(u, src, j.device, at, at + seconds))
             at += seconds
         fitted.append(replace(j, start=sim.start, finish=sim.finish))
-    by_fitted: dict[str, list[_Job]] = {}
-    for j in fitted:
-        by_fitted.setdefault(j.task, []).append(j)
-    critical = critical_path(problem, fitted, by_fitted)
-    bars = [Bar(j.device, j.task, j.start, j.finish, j.batch, id(j) in critical, j.part, graph.by_id[j.task].module or "")
-            for j in fitted]
-    return bars, transfers
+        fitted_by_task.setdefault(j.task, []).append(fitted[-1])
+    return fitted, fitted_by_task, transfers
 
 
 @dataclass(frozen=True, eq=False)

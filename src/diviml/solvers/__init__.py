@@ -227,17 +227,15 @@ def one_device_if_faster(problem, plan):
     if (problem.platform.transfers != "receiver" or problem.objective.kind not in ("latency", "batch")
             or len({a.device for a in plan.assignments}) < 2):
         return plan
-    from .baselines.best_device import candidates
-    from .engines.plans import Stopwatch, evaluate, make_plan
+    from .baselines import best_device
+    from .engines.plans import Stopwatch, make_plan
     watch = Stopwatch(0.0)  # the cheap bounds only: the solver's time is spent
-    n = problem.batch_size
-    scored = [(evaluate(problem, {t.id: [(d, n)] for t in problem.graph.tasks})[0], d) for d in candidates(problem)]
-    if not scored or min(scored)[0] >= plan.objective:
+    found = best_device.fastest(problem)
+    if found is None or found[0] >= plan.objective:
         return plan
-    value, device = min(scored)
-    single = make_plan(problem, {t.id: [(device, n)] for t in problem.graph.tasks}, solver=plan.solver,
-                       status=plan.status, watch=watch, bound=plan.bound, bound_source=plan.bound_source,
-                       stats=plan.stats, notes=plan.notes + (
+    value, device, _ = found
+    single = make_plan(problem, best_device.on(problem, device), solver=plan.solver, status=plan.status, watch=watch,
+                       bound=plan.bound, bound_source=plan.bound_source, stats=plan.stats, notes=plan.notes + (
                            f"kept every task on {device} ({value:.6g} {plan.time_unit}): the plan found spreads "
                            f"the graph and takes {plan.objective:.6g} as the receiving devices spend its transfers "
                            "(transfers: receiver), which its solver does not model",))

@@ -16,20 +16,32 @@ def candidates(problem: Problem) -> list[str]:
             if d.memory_bytes >= need and all(d.name in problem.allowed_devices[t.id] for t in problem.graph.tasks)]
 
 
-def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
-    watch = Stopwatch(time_limit)
-    devices = candidates(problem)
-    if not devices:
-        raise InfeasibleError("no single device can run every task and hold the whole graph: "
-                              "use a solver that splits the graph (e.g. heft, greedy)")
+def fastest(problem: Problem, watch: Stopwatch | None = None) -> tuple[float, str, int] | None:
+    """(objective, device, devices tried) of the candidate that runs the whole graph fastest, trying them in
+    the platform's order until ``watch`` (if any) expires; None where no device can run it all."""
     n = problem.batch_size
     scored = []
-    for d in devices:
-        parts = {t.id: [(d, n)] for t in problem.graph.tasks}
-        scored.append((evaluate(problem, parts)[0], problem.platform.index[d], d))
-        if watch.expired:
+    for d in candidates(problem):
+        scored.append((evaluate(problem, {t.id: [(d, n)] for t in problem.graph.tasks})[0], problem.platform.index[d], d))
+        if watch is not None and watch.expired:
             break
+    if not scored:
+        return None
     value, _, best = min(scored)
-    parts = {t.id: [(best, n)] for t in problem.graph.tasks}
-    return make_plan(problem, parts, solver=NAME, status="feasible", watch=watch,
-                     notes=[f"all tasks on {best}"], stats={"devices_tried": len(scored)})
+    return value, best, len(scored)
+
+
+def on(problem: Problem, device: str) -> dict[str, list[tuple[str, int]]]:
+    """The parts that run every task whole on ``device``."""
+    return {t.id: [(device, problem.batch_size)] for t in problem.graph.tasks}
+
+
+def solve(problem: Problem, *, time_limit: float = 60.0, seed: int = 0):
+    watch = Stopwatch(time_limit)
+    found = fastest(problem, watch)
+    if found is None:
+        raise InfeasibleError("no single device can run every task and hold the whole graph: "
+                              "use a solver that splits the graph (e.g. heft, greedy)")
+    _, best, tried = found
+    return make_plan(problem, on(problem, best), solver=NAME, status="feasible", watch=watch,
+                     notes=[f"all tasks on {best}"], stats={"devices_tried": tried})
